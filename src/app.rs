@@ -1,0 +1,106 @@
+//! Assembling a running service from its configuration.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::limiter::{KeySecret, Limiter};
+use crate::pg_cluster::{Cluster, ClusterError};
+use crate::policy::Policies;
+use crate::server::{AppState, Auth};
+use crate::storage::{FallbackStore, MemoryStore, PgStore, PgStoreOptions};
+
+/// How often a degraded instance asks whether Postgres is back.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Policies(#[from] crate::policy::PolicyError),
+    #[error("private PostgreSQL: {0}")]
+    Cluster(#[from] ClusterError),
+    #[error("cannot connect to PostgreSQL or apply migrations: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. Set PGLIMIT_API_TOKENS, or bind to a loopback address")]
+    OpenOnNetwork(std::net::SocketAddr),
+}
+
+/// A service ready to serve, and the private cluster it runs on, if any
+/// (stop it after serving; dropping it stops it too).
+pub struct Service {
+    pub state: AppState,
+    pub cluster: Option<Cluster>,
+}
+
+impl Service {
+    pub async fn start(config: &Config) -> Result<Self, StartError> {
+        if config.api_tokens.is_empty() && !config.bind.ip().is_loopback() {
+            return Err(StartError::OpenOnNetwork(config.bind));
+        }
+        let policies = match &config.policies {
+            Some(path) => Policies::load(path)?,
+            None => Policies::builtin(),
+        };
+        let (url, secret, cluster) = match (&config.database_url, &config.key_secret) {
+            (Some(url), Some(secret)) => (url.clone(), secret.clone(), None),
+            _ => private_database(&config.data_dir).await?,
+        };
+        let pg = PgStore::connect(&url, pg_options(config)).await?;
+        let store = FallbackStore::new(
+            pg,
+            MemoryStore::new(config.memory_capacity),
+            config.db_timeout,
+            PROBE_EVERY,
+        );
+        let limiter = Limiter::new(store, policies, secret);
+        let auth = Auth::new(config.api_tokens.iter().map(String::as_str));
+        let state = AppState {
+            limiter: Arc::new(limiter),
+            auth: Arc::new(auth),
+        };
+        Ok(Self { state, cluster })
+    }
+}
+
+fn pg_options(config: &Config) -> PgStoreOptions {
+    PgStoreOptions {
+        pool_size: config.db_pool_size,
+        timeout: config.db_timeout,
+        cleanup_rate: config.cleanup_rate,
+        cleanup_batch: 1000,
+    }
+}
+
+/// Zero-config mode: a private cluster in `dir`, and a key secret generated
+/// once and kept beside it (so counters survive restarts).
+async fn private_database(dir: &Path) -> Result<(String, KeySecret, Option<Cluster>), StartError> {
+    let dir = dir.to_owned();
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&dir).map(|c| (c, dir)))
+        .await
+        .map_err(|e| ClusterError::Io(format!("cluster start-up task failed: {e}")))?;
+    let (cluster, dir) = cluster?;
+    let secret = load_or_create_secret(&dir)?;
+    tracing::info!(data_dir = %cluster.data_dir().display(), port = cluster.port(), "started a private PostgreSQL (DATABASE_URL is not set)");
+    Ok((cluster.url(), secret, Some(cluster)))
+}
+
+fn load_or_create_secret(dir: &Path) -> Result<KeySecret, ClusterError> {
+    let path = dir.join("key-secret");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(_) => {
+            let text = hex::encode(rand::random::<[u8; 32]>());
+            crate::pg_cluster::write_private(&path, &text)?;
+            text
+        }
+    };
+    KeySecret::new(text.trim().as_bytes()).ok_or_else(|| {
+        ClusterError::Io(format!(
+            "{} holds a key secret that is too short",
+            path.display()
+        ))
+    })
+}

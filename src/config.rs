@@ -1,0 +1,241 @@
+//! Configuration, read once from the environment into a typed struct.
+//!
+//! Every variable is documented in `.env.example`; every error names the
+//! variable at fault.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::limiter::{KeySecret, MIN_SECRET_LEN};
+
+#[derive(Clone)]
+pub struct Config {
+    pub bind: SocketAddr,
+    /// `None`: start a private PostgreSQL cluster in `data_dir`.
+    pub database_url: Option<String>,
+    /// Required with `database_url`; otherwise generated once into `data_dir`.
+    pub key_secret: Option<KeySecret>,
+    pub data_dir: PathBuf,
+    pub policies: Option<PathBuf>,
+    pub api_tokens: Vec<String>,
+    pub cleanup_rate: f64,
+    pub db_timeout: Duration,
+    pub db_pool_size: u32,
+    pub memory_capacity: usize,
+    pub log_format: LogFormat,
+}
+
+/// Redacts the database URL (it may hold a password) and the API tokens.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("bind", &self.bind)
+            .field("database_url", &self.database_url.as_ref().map(|_| "<set>"))
+            .field("data_dir", &self.data_dir)
+            .field("policies", &self.policies)
+            .field("api_tokens", &self.api_tokens.len())
+            .field("db_timeout", &self.db_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{var}: {reason}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub reason: String,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// Reads the configuration through `get` (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let database_url = get("DATABASE_URL");
+        let key_secret = match get("PGLIMIT_KEY_SECRET") {
+            Some(s) => Some(KeySecret::new(s.as_bytes()).ok_or_else(|| short_secret(s.len()))?),
+            None if database_url.is_some() => return Err(missing_secret()),
+            None => None,
+        };
+        Ok(Self {
+            bind: parse(
+                &get,
+                "PGLIMIT_BIND",
+                "127.0.0.1:8080",
+                "an address like 127.0.0.1:8080",
+            )?,
+            database_url,
+            key_secret,
+            data_dir: get("PGLIMIT_DATA_DIR")
+                .map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
+            policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
+            api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
+            cleanup_rate: in_range(
+                &get,
+                "PGLIMIT_CLEANUP_RATE",
+                "0.01",
+                0.0..=1.0,
+                "a fraction from 0 to 1",
+            )?,
+            db_timeout: Duration::from_millis(in_range(
+                &get,
+                "PGLIMIT_DB_TIMEOUT_MS",
+                "250",
+                10..=60_000,
+                "milliseconds from 10 to 60000",
+            )?),
+            db_pool_size: in_range(
+                &get,
+                "PGLIMIT_DB_POOL_SIZE",
+                "16",
+                1..=1000,
+                "a number of connections from 1 to 1000",
+            )?,
+            memory_capacity: in_range(
+                &get,
+                "PGLIMIT_MEMORY_CAPACITY",
+                "100000",
+                1..=100_000_000,
+                "a number of keys from 1 to 100000000",
+            )?,
+            log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
+                None | Some("text") => LogFormat::Text,
+                Some("json") => LogFormat::Json,
+                Some(other) => {
+                    return Err(ConfigError {
+                        var: "PGLIMIT_LOG_FORMAT",
+                        reason: format!("{other:?} is not \"text\" or \"json\""),
+                    })
+                }
+            },
+        })
+    }
+}
+
+fn missing_secret() -> ConfigError {
+    ConfigError {
+        var: "PGLIMIT_KEY_SECRET",
+        reason: format!(
+            "required when DATABASE_URL is set: every instance sharing the database must use the same secret \
+             (at least {MIN_SECRET_LEN} bytes, e.g. from `openssl rand -hex 32`), or their counters silently diverge"
+        ),
+    }
+}
+
+fn short_secret(len: usize) -> ConfigError {
+    ConfigError {
+        var: "PGLIMIT_KEY_SECRET",
+        reason: format!(
+            "is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)"
+        ),
+    }
+}
+
+fn tokens(raw: Option<String>) -> Vec<String> {
+    raw.map(|s| {
+        s.split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn parse<T: FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: &str,
+    what: &str,
+) -> Result<T, ConfigError> {
+    let raw = get(var).unwrap_or_else(|| default.to_owned());
+    raw.trim().parse().map_err(|_| ConfigError {
+        var,
+        reason: format!("{raw:?} is not {what}"),
+    })
+}
+
+fn in_range<T: FromStr + PartialOrd>(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: &str,
+    range: std::ops::RangeInclusive<T>,
+    what: &str,
+) -> Result<T, ConfigError> {
+    let value: T = parse(get, var, default, what)?;
+    if !range.contains(&value) {
+        return Err(ConfigError {
+            var,
+            reason: format!("out of range: expected {what}"),
+        });
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn nothing_set_gives_the_documented_defaults() {
+        let c = config(&[]).expect("defaults are valid");
+        assert_eq!(c.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.db_timeout, Duration::from_millis(250));
+        assert_eq!(c.cleanup_rate, 0.01);
+        assert!(c.database_url.is_none() && c.key_secret.is_none() && c.api_tokens.is_empty());
+    }
+
+    #[test]
+    fn a_database_url_without_a_secret_is_refused_naming_the_variable() {
+        let err = config(&[("DATABASE_URL", "postgres://x")]).unwrap_err();
+        assert_eq!(err.var, "PGLIMIT_KEY_SECRET");
+        let err = config(&[
+            ("DATABASE_URL", "postgres://x"),
+            ("PGLIMIT_KEY_SECRET", "short"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("PGLIMIT_KEY_SECRET: is 5 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (var, value) in [
+            ("PGLIMIT_BIND", "nope"),
+            ("PGLIMIT_CLEANUP_RATE", "2"),
+            ("PGLIMIT_DB_TIMEOUT_MS", "x"),
+            ("PGLIMIT_LOG_FORMAT", "xml"),
+        ] {
+            let err = config(&[(var, value)]).unwrap_err();
+            assert_eq!(err.var, var);
+        }
+    }
+
+    #[test]
+    fn api_tokens_are_a_comma_separated_list() {
+        let c = config(&[("PGLIMIT_API_TOKENS", "a, b,,c ")]).expect("valid");
+        assert_eq!(c.api_tokens, ["a", "b", "c"]);
+    }
+}

@@ -1,0 +1,97 @@
+//! Every failure a caller can see, as one enum rendered as an RFC 9457
+//! problem document (`application/problem+json`).
+//!
+//! A denied check is not here: it is a normal [`crate::limiter::Decision`].
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("{detail}")]
+    InvalidField { field: String, detail: String },
+    #[error("no policy named {0:?} is configured")]
+    UnknownPolicy(String),
+    #[error("the request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("the counter store is unreachable and this policy fails closed; retry shortly")]
+    StoreUnavailable,
+    #[error("no resource at {0}")]
+    NotFound(String),
+    #[error("method not allowed here")]
+    MethodNotAllowed,
+}
+
+impl Error {
+    pub fn field(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::InvalidField {
+            field: field.into(),
+            detail: detail.into(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::MalformedJson(_) | Self::InvalidField { .. } => StatusCode::BAD_REQUEST,
+            Self::UnknownPolicy(_) => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// A stable, machine-readable name for the kind of problem.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::MalformedJson(_) => "malformed-json",
+            Self::InvalidField { .. } => "invalid-field",
+            Self::UnknownPolicy(_) => "unknown-policy",
+            Self::BodyTooLarge { .. } => "body-too-large",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::StoreUnavailable => "store-unavailable",
+            Self::NotFound(_) => "not-found",
+            Self::MethodNotAllowed => "method-not-allowed",
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut body = json!({
+            "type": format!("urn:pglimit:problem:{}", self.kind()),
+            "title": status.canonical_reason().unwrap_or("Error"),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        });
+        match &self {
+            Self::InvalidField { field, .. } => body["field"] = json!(field),
+            Self::UnknownPolicy(_) => body["field"] = json!("policy"),
+            _ => {}
+        }
+        let mut response = (status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        match self {
+            Self::Unauthorized(_) => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::StoreUnavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

@@ -1,0 +1,66 @@
+use std::process::ExitCode;
+
+use pglimit::config::{Config, LogFormat};
+use pglimit::pg_cluster::StopMode;
+use pglimit::Service;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("pglimit: configuration error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_tracing(config.log_format);
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let service = Service::start(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.bind).await?;
+    if service.state.auth.is_open() {
+        tracing::warn!("PGLIMIT_API_TOKENS is not set: /check is unauthenticated, so pglimit listens on loopback only");
+    }
+    tracing::info!(addr = %listener.local_addr()?, "listening");
+    pglimit::serve(listener, service.state, shutdown_signal()).await?;
+    if let Some(cluster) = service.cluster {
+        tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast)).await??;
+        tracing::info!("stopped the private PostgreSQL");
+    }
+    Ok(())
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return ctrl_c.await.unwrap_or(()),
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,327 @@
+//! A private PostgreSQL cluster, for zero-config runs and for the tests.
+//!
+//! Started from the installed server binaries (`initdb`, `pg_ctl`) in a data
+//! directory of its own, listening on 127.0.0.1 only, with a generated
+//! password. PostgreSQL refuses to run as root, so when this process is root
+//! every server command runs as the `postgres` account (via `runuser`).
+//!
+//! A small watchdog shell holds a pipe from this process; when this process
+//! exits for any reason (even `kill -9`) the pipe closes and the watchdog
+//! stops the cluster, so no postmaster outlives its owner.
+
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const NO_BINARIES: &str =
+    "PostgreSQL server binaries (initdb, pg_ctl) were not found on PATH or in \
+/usr/lib/postgresql/<version>/bin: install them (Debian/Ubuntu: `apt-get install postgresql`) \
+or set DATABASE_URL to an existing database";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{NO_BINARIES}")]
+    NoBinaries,
+    #[error("{0}")]
+    Io(String),
+    #[error("{what} failed: {output}")]
+    Command { what: String, output: String },
+}
+
+/// How a cluster is stopped: `Fast` closes sessions cleanly, `Immediate` is a crash.
+#[derive(Debug, Clone, Copy)]
+pub enum StopMode {
+    Fast,
+    Immediate,
+}
+
+pub struct Cluster {
+    bin: PathBuf,
+    pg_dir: PathBuf,
+    port: u16,
+    password: String,
+    durable: bool,
+    run_as: Option<Account>,
+    _watchdog: Child,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Account {
+    uid: u32,
+    gid: u32,
+}
+
+impl Cluster {
+    /// Starts (creating on first use) the cluster kept in `dir/pg`, durable.
+    pub fn start(dir: &Path) -> Result<Self, ClusterError> {
+        fs::create_dir_all(dir)
+            .map_err(|e| io(format!("cannot create data directory {}", dir.display()), e))?;
+        Self::launch(dir, true, false)
+    }
+
+    /// Starts a fresh cluster in a temporary directory that is deleted when
+    /// this process exits. Not durable (fsync off): for tests only.
+    pub fn throwaway() -> Result<Self, ClusterError> {
+        let dir = std::env::temp_dir().join(format!(
+            "pglimit-test-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        fs::create_dir_all(&dir).map_err(|e| io(format!("cannot create {}", dir.display()), e))?;
+        let cluster = Self::launch(&dir, false, true)?;
+        Ok(cluster)
+    }
+
+    /// A connection URL for `database`.
+    pub fn url_for(&self, database: &str) -> String {
+        format!(
+            "postgres://pglimit:{}@127.0.0.1:{}/{database}",
+            self.password, self.port
+        )
+    }
+
+    pub fn url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.pg_dir
+    }
+
+    /// The postmaster's process id, from `postmaster.pid`.
+    pub fn pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.pg_dir.join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+
+    /// Stops the server; [`Cluster::restart`] brings it back on the same port.
+    pub fn stop(&self, mode: StopMode) -> Result<(), ClusterError> {
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
+        self.pg_ctl(&["stop", "-w", "-m", mode])
+    }
+
+    pub fn restart(&self) -> Result<(), ClusterError> {
+        self.pg_ctl_start()
+    }
+
+    fn launch(dir: &Path, durable: bool, remove_on_exit: bool) -> Result<Self, ClusterError> {
+        let bin = find_binaries().ok_or(ClusterError::NoBinaries)?;
+        let run_as = if is_root() {
+            Some(postgres_account()?)
+        } else {
+            None
+        };
+        let pg_dir = dir.join("pg");
+        let password = load_or_create_password(dir)?;
+        let cleanup = if remove_on_exit { dir } else { Path::new("") };
+        let watchdog = spawn_watchdog(&bin, &pg_dir, cleanup, run_as)?;
+        let port = free_port()?;
+        let cluster = Self {
+            bin,
+            pg_dir,
+            port,
+            password,
+            durable,
+            run_as,
+            _watchdog: watchdog,
+        };
+        if remove_on_exit {
+            chown(dir, run_as)?;
+        }
+        if !cluster.pg_dir.join("PG_VERSION").exists() {
+            cluster.initdb(dir)?;
+        } else if cluster.pg_ctl(&["status"]).is_ok() {
+            // Left running by a process that died before its watchdog acted.
+            cluster.stop(StopMode::Fast)?;
+        }
+        cluster.pg_ctl_start()?;
+        Ok(cluster)
+    }
+
+    fn initdb(&self, dir: &Path) -> Result<(), ClusterError> {
+        fs::create_dir_all(&self.pg_dir)
+            .map_err(|e| io("cannot create the cluster directory".into(), e))?;
+        chown(&self.pg_dir, self.run_as)?;
+        let pwfile = dir.join("pg-password.initdb");
+        write_private(&pwfile, &self.password)?;
+        chown(&pwfile, self.run_as)?;
+        let result = self.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                self.pg_dir.as_os_str(),
+                "-U".as_ref(),
+                "pglimit".as_ref(),
+                format!("--pwfile={}", pwfile.display()).as_ref(),
+                "--auth-local=trust".as_ref(),
+                "--auth-host=scram-sha-256".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+            ],
+        );
+        let _ = fs::remove_file(&pwfile);
+        result
+    }
+
+    fn pg_ctl_start(&self) -> Result<(), ClusterError> {
+        let mut server = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}' -c max_connections=200",
+            self.port,
+            self.pg_dir.display()
+        );
+        if !self.durable {
+            server.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+        }
+        let log = self.pg_dir.join("server.log");
+        let log = format!("{}", log.display());
+        self.pg_ctl(&["start", "-w", "-t", "60", "-l", &log, "-o", &server])
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), ClusterError> {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.extend(["-D".as_ref(), self.pg_dir.as_os_str()]);
+        self.run("pg_ctl", &all)
+    }
+
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<(), ClusterError> {
+        let mut cmd = command_as(self.run_as, &self.bin.join(program));
+        cmd.args(args).stdin(Stdio::null());
+        let what = format!(
+            "{program} {}",
+            args.first()
+                .map(|a| a.to_string_lossy())
+                .unwrap_or_default()
+        );
+        let out = cmd
+            .output()
+            .map_err(|e| io(format!("cannot run {what}"), e))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
+        output.push_str(&String::from_utf8_lossy(&out.stdout));
+        Err(ClusterError::Command {
+            what,
+            output: output.trim().to_owned(),
+        })
+    }
+}
+
+/// A command that runs `program` as `account` when given (this process is root).
+fn command_as(account: Option<Account>, program: &Path) -> Command {
+    match account {
+        Some(_) => {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", "postgres", "--"]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// The watchdog waits for its stdin to close (this process has exited or
+/// dropped the cluster), then stops the server and removes `cleanup` if given.
+/// It ignores terminal signals so that Ctrl-C reaches the service, which stops
+/// the server itself, rather than killing the watchdog first.
+fn spawn_watchdog(
+    bin: &Path,
+    pg_dir: &Path,
+    cleanup: &Path,
+    run_as: Option<Account>,
+) -> Result<Child, ClusterError> {
+    let script = r#"trap '' INT TERM HUP; cat >/dev/null; "$0/pg_ctl" stop -D "$1" -m immediate -w >/dev/null 2>&1; [ -n "$2" ] && rm -rf "$2"; exit 0"#;
+    let mut cmd = command_as(run_as, Path::new("/bin/sh"));
+    cmd.arg("-c").arg(script).arg(bin).arg(pg_dir).arg(cleanup);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd.spawn()
+        .map_err(|e| io("cannot start the cluster watchdog".into(), e))
+}
+
+fn find_binaries() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .find(|dir| dir.join("pg_ctl").is_file() && dir.join("initdb").is_file());
+    on_path.or_else(|| {
+        let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+            .filter(|(_, bin)| bin.join("pg_ctl").is_file() && bin.join("initdb").is_file())
+            .collect();
+        versions.sort();
+        versions.pop().map(|(_, bin)| bin)
+    })
+}
+
+fn is_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+fn postgres_account() -> Result<Account, ClusterError> {
+    let passwd =
+        fs::read_to_string("/etc/passwd").map_err(|e| io("cannot read /etc/passwd".into(), e))?;
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"postgres") && f.len() > 3)
+        .and_then(|f| Some(Account { uid: f[2].parse().ok()?, gid: f[3].parse().ok()? }))
+        .ok_or_else(|| {
+            ClusterError::Io("running as root, PostgreSQL needs an unprivileged `postgres` account, and there is none (it comes with the postgresql package)".into())
+        })
+}
+
+fn chown(path: &Path, account: Option<Account>) -> Result<(), ClusterError> {
+    match account {
+        Some(a) => std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))
+            .map_err(|e| io(format!("cannot chown {}", path.display()), e)),
+        None => Ok(()),
+    }
+}
+
+fn load_or_create_password(dir: &Path) -> Result<String, ClusterError> {
+    let path = dir.join("pg-password");
+    if let Ok(existing) = fs::read_to_string(&path) {
+        return Ok(existing.trim().to_owned());
+    }
+    let password = hex::encode(rand::random::<[u8; 24]>());
+    write_private(&path, &password)?;
+    Ok(password)
+}
+
+/// Writes `text` to a new file readable by its owner only.
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
+    let mut file =
+        fs::File::create(path).map_err(|e| io(format!("cannot create {}", path.display()), e))?;
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(|e| io(format!("cannot restrict {}", path.display()), e))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| io(format!("cannot write {}", path.display()), e))
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| io("cannot find a free port".into(), e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| io("cannot find a free port".into(), e))
+}
+
+fn io(what: String, e: std::io::Error) -> ClusterError {
+    ClusterError::Io(format!("{what}: {e}"))
+}

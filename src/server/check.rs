@@ -1,0 +1,123 @@
+//! `POST /check`: JSON in, a [`Decision`] out (200 allowed, 429 denied).
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+
+use super::headers::rate_limit_headers;
+use super::{AppState, MAX_BODY_BYTES};
+use crate::error::Error;
+use crate::limiter::{CheckRequest, Decision, MAX_KEY_LEN};
+use crate::policy::{parse_window, MAX_LIMIT};
+
+pub async fn check(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Error> {
+    state.auth.verify(&headers)?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::BodyTooLarge {
+            limit: MAX_BODY_BYTES,
+        },
+        _ => Error::MalformedJson(rejection.body_text()),
+    })?;
+    let request = parse(&body)?;
+    let decision = state.limiter.check(&request).await?;
+    Ok(respond(decision))
+}
+
+fn respond(decision: Decision) -> Response {
+    let status = if decision.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    (status, rate_limit_headers(&decision), Json(decision)).into_response()
+}
+
+/// The body as sent: both forms in one shape, so that a field of the wrong
+/// form is reported by name rather than as "no variant matched".
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    policy: Option<String>,
+    identifiers: Option<BTreeMap<String, String>>,
+    key: Option<String>,
+    limit: Option<u64>,
+    window: Option<String>,
+    cost: Option<u64>,
+}
+
+/// Parses and validates a body; every error names the field at fault.
+pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
+    let raw = deserialize(body)?;
+    let cost = raw.cost.unwrap_or(1);
+    if cost > MAX_LIMIT {
+        return Err(Error::field(
+            "cost",
+            format!("cost must be between 0 and {MAX_LIMIT}"),
+        ));
+    }
+    match (raw.policy, raw.key) {
+        (Some(_), Some(_)) => Err(Error::field("key", "give either \"policy\" (with \"identifiers\") or \"key\" (with \"limit\" and \"window\"), not both")),
+        (None, None) => Err(Error::field("policy", "give either \"policy\" (with \"identifiers\") or \"key\" (with \"limit\" and \"window\")")),
+        (Some(policy), None) => {
+            reject_present("limit", raw.limit.is_some(), "policy")?;
+            reject_present("window", raw.window.is_some(), "policy")?;
+            let identifiers = raw.identifiers.ok_or_else(|| Error::field("identifiers", "identifiers is required with \"policy\""))?;
+            Ok(CheckRequest::Policy { policy, identifiers, cost })
+        }
+        (None, Some(key)) => {
+            reject_present("identifiers", raw.identifiers.is_some(), "key")?;
+            if key.is_empty() || key.len() > MAX_KEY_LEN {
+                return Err(Error::field("key", format!("key must be 1 to {MAX_KEY_LEN} bytes")));
+            }
+            let limit = raw.limit.ok_or_else(|| Error::field("limit", "limit is required with \"key\""))?;
+            if !(1..=MAX_LIMIT).contains(&limit) {
+                return Err(Error::field("limit", format!("limit must be between 1 and {MAX_LIMIT}")));
+            }
+            let window = raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
+            let window = parse_window(&window).map_err(|e| Error::field("window", e))?;
+            if cost > limit {
+                return Err(Error::field("cost", format!("cost {cost} exceeds limit {limit}, so it could never be allowed")));
+            }
+            Ok(CheckRequest::AdHoc { key, limit, window, cost })
+        }
+    }
+}
+
+fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {
+    if present {
+        return Err(Error::field(
+            field,
+            format!("{field} does not go with \"{form}\""),
+        ));
+    }
+    Ok(())
+}
+
+fn deserialize(body: &[u8]) -> Result<CheckBody, Error> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let raw: CheckBody = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if !inner.is_data() {
+            return Error::MalformedJson(inner.to_string());
+        }
+        let field = if path == "." {
+            "body".to_string()
+        } else {
+            path
+        };
+        Error::field(field.clone(), format!("{field}: {inner}"))
+    })?;
+    de.end().map_err(|e| Error::MalformedJson(e.to_string()))?;
+    Ok(raw)
+}

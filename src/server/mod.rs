@@ -1,0 +1,81 @@
+//! The HTTP surface: the router, its shared state, and `serve`.
+
+mod auth;
+mod check;
+mod headers;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::Uri;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+pub use auth::Auth;
+pub use check::parse as parse_check_body;
+pub use headers::rate_limit_headers;
+
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::storage::{FallbackStore, MemoryStore, PgStore};
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The store a running service uses: Postgres, falling back to memory.
+pub type ServiceStore = FallbackStore<PgStore, MemoryStore>;
+
+/// Everything a request handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub limiter: Arc<Limiter<ServiceStore>>,
+    pub auth: Arc<Auth>,
+}
+
+/// The whole HTTP API, without a socket (tests call it directly).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/check", post(check::check))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Serves `router(state)` on `listener` until `shutdown` completes, then
+/// lets requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The process is up.
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Which store is answering checks now. Still 200 in fallback: the
+/// instance answers, and every instance would fall back alike.
+async fn readyz(State(state): State<AppState>) -> Json<Value> {
+    let degraded = state.limiter.store().is_degraded();
+    let store = if degraded { "memory" } else { "postgres" };
+    Json(json!({ "status": "ready", "store": store, "degraded": degraded }))
+}
+
+async fn not_found(uri: Uri) -> Error {
+    Error::NotFound(uri.path().to_owned())
+}
+
+async fn method_not_allowed() -> Error {
+    Error::MethodNotAllowed
+}
