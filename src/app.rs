@@ -46,7 +46,7 @@ impl Service {
         };
         let (url, secret, cluster) = match (&config.database_url, &config.key_secret) {
             (Some(url), Some(secret)) => (url.clone(), secret.clone(), None),
-            _ => private_database(&config.data_dir).await?,
+            _ => private_database(&config.data_dir, config.pg_bin.as_deref()).await?,
         };
         let pg = PgStore::connect(&url, pg_options(config)).await?;
         let store = FallbackStore::new(
@@ -76,11 +76,15 @@ fn pg_options(config: &Config) -> PgStoreOptions {
 
 /// Zero-config mode: a private cluster in `dir`, and a key secret generated
 /// once and kept beside it (so counters survive restarts).
-async fn private_database(dir: &Path) -> Result<(String, KeySecret, Option<Cluster>), StartError> {
-    let dir = dir.to_owned();
-    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&dir).map(|c| (c, dir)))
-        .await
-        .map_err(|e| ClusterError::Io(format!("cluster start-up task failed: {e}")))?;
+async fn private_database(
+    dir: &Path,
+    bin: Option<&Path>,
+) -> Result<(String, KeySecret, Option<Cluster>), StartError> {
+    let (dir, bin) = (dir.to_owned(), bin.map(Path::to_owned));
+    let cluster =
+        tokio::task::spawn_blocking(move || Cluster::start(&dir, bin.as_deref()).map(|c| (c, dir)))
+            .await
+            .map_err(|e| ClusterError::Io(format!("cluster start-up task failed: {e}")))?;
     let (cluster, dir) = cluster?;
     let secret = load_or_create_secret(&dir)?;
     tracing::info!(data_dir = %cluster.data_dir().display(), port = cluster.port(), "started a private PostgreSQL (DATABASE_URL is not set)");

@@ -18,6 +18,8 @@ pub struct Config {
     /// Required with `database_url`; otherwise generated once into `data_dir`.
     pub key_secret: Option<KeySecret>,
     pub data_dir: PathBuf,
+    /// Where `initdb` and `pg_ctl` are; `None`: PATH, then /usr/lib/postgresql.
+    pub pg_bin: Option<PathBuf>,
     pub policies: Option<PathBuf>,
     pub api_tokens: Vec<String>,
     pub cleanup_rate: f64,
@@ -78,6 +80,7 @@ impl Config {
             key_secret,
             data_dir: get("PGLIMIT_DATA_DIR")
                 .map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
+            pg_bin: get("PGLIMIT_PG_BIN").map(PathBuf::from),
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
             api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
             cleanup_rate: in_range(

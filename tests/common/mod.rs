@@ -1,0 +1,158 @@
+//! Shared test harness: a real PostgreSQL, and service instances on it.
+//!
+//! With `DATABASE_URL` unset, each test binary starts one throwaway cluster
+//! (loopback, random port, deleted at exit) and every test gets a database of
+//! its own in it. With `DATABASE_URL` set, the databases are created there
+//! (the role needs CREATEDB). Tests never skip: no PostgreSQL is a failure.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use pglimit::pg_cluster::Cluster;
+use pglimit::{AppState, Config, Service};
+use serde_json::Value;
+use tower::ServiceExt;
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The server all tests of this binary share (none of them stops it).
+fn admin_url() -> String {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return url;
+    }
+    CLUSTER
+        .get_or_init(|| {
+            Cluster::throwaway().unwrap_or_else(|e| panic!("cannot start a test PostgreSQL: {e}"))
+        })
+        .url()
+}
+
+/// A URL for a new, empty database on the shared server.
+pub async fn fresh_database() -> String {
+    let admin = tokio::task::spawn_blocking(admin_url)
+        .await
+        .expect("cluster start-up");
+    let name = format!("t_{:016x}", rand::random::<u64>());
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&pool)
+        .await
+        .expect("create a test database");
+    pool.close().await;
+    with_database(&admin, &name)
+}
+
+/// `url` with its database replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[authority_end..]
+        .find('/')
+        .map_or(base.len(), |i| authority_end + i);
+    let mut out = format!("{}/{name}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// One service instance on `url`: its own pool, memory store and fallback
+/// state, exactly as a separate process would have. `extra` adds or
+/// overrides environment variables.
+pub async fn instance(url: &str, extra: &[(&str, &str)]) -> AppState {
+    let mut vars: HashMap<String, String> = HashMap::from([
+        ("DATABASE_URL".into(), url.to_owned()),
+        ("PGLIMIT_KEY_SECRET".into(), SECRET.into()),
+    ]);
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("valid test config");
+    Service::start(&config).await.expect("service starts").state
+}
+
+/// A fresh database and one instance on it.
+pub async fn app() -> AppState {
+    instance(&fresh_database().await, &[]).await
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// Sends `request` through the router, without a socket.
+pub async fn send(state: &AppState, request: Request<Body>) -> Reply {
+    let response = pglimit::router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("router answers");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).expect("JSON body")
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// `POST /check` with a raw body.
+pub async fn post_raw(state: &AppState, body: impl Into<Body>, token: Option<&str>) -> Reply {
+    let mut request = Request::post("/check").header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    send(state, request.body(body.into()).expect("request")).await
+}
+
+pub async fn check(state: &AppState, body: Value) -> Reply {
+    post_raw(state, body.to_string(), None).await
+}
+
+pub fn login(email: &str, ip: &str) -> Value {
+    serde_json::json!({ "policy": "login", "identifiers": { "email": email, "ip": ip } })
+}
+
+/// The `remaining` of the bucket called `name` in a check's body.
+pub fn remaining(body: &Value, name: &str) -> u64 {
+    body["buckets"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == name))
+        .and_then(|b| b["remaining"].as_u64())
+        .unwrap_or_else(|| panic!("no bucket {name} in {body}"))
+}
+
+/// A key no other test uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand::random::<u64>())
+}

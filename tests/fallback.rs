@@ -1,0 +1,229 @@
+//! The memory fallback: Postgres really stopped and paused, not mocked.
+//!
+//! This binary starts a cluster of its own, because it stops it.
+
+mod common;
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::{check, instance, unique, with_database};
+use pglimit::pg_cluster::{Cluster, StopMode};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+/// Tests here stop the shared server, so they run one at a time.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+async fn cluster() -> &'static Cluster {
+    tokio::task::spawn_blocking(|| {
+        CLUSTER.get_or_init(|| Cluster::throwaway().expect("test cluster"))
+    })
+    .await
+    .expect("cluster start-up")
+}
+
+async fn database() -> String {
+    let admin = cluster().await.url();
+    let name = format!("f_{:016x}", rand::random::<u64>());
+    let pool = sqlx::PgPool::connect(&admin).await.expect("connect");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&pool)
+        .await
+        .expect("create database");
+    pool.close().await;
+    with_database(&admin, &name)
+}
+
+async fn stop(mode: StopMode) {
+    tokio::task::spawn_blocking(move || CLUSTER.get().expect("cluster").stop(mode))
+        .await
+        .unwrap()
+        .expect("stop");
+}
+
+async fn restart() {
+    tokio::task::spawn_blocking(|| CLUSTER.get().expect("cluster").restart())
+        .await
+        .unwrap()
+        .expect("restart");
+}
+
+/// Sends SIGSTOP or SIGCONT to the postmaster and all its children.
+fn signal_all(signal: &str) {
+    let pid = CLUSTER
+        .get()
+        .and_then(Cluster::pid)
+        .expect("postmaster pid")
+        .to_string();
+    let children = Command::new("pgrep")
+        .args(["-P", &pid])
+        .output()
+        .expect("pgrep");
+    let mut pids = vec![pid];
+    pids.extend(
+        String::from_utf8_lossy(&children.stdout)
+            .split_whitespace()
+            .map(String::from),
+    );
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(&pids)
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+async fn wait_for_postgres(app: &pglimit::AppState) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while app.limiter.store().is_degraded() {
+        assert!(Instant::now() < deadline, "did not return to postgres");
+        check(
+            app,
+            json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 }),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_fall_back_to_memory_while_postgres_is_stopped_and_return_after() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[]).await;
+    let key = unique("k");
+    let body = json!({ "key": key, "limit": 3, "window": "1h" });
+    assert_eq!(check(&app, body.clone()).await.body["store"], "postgres");
+    assert_eq!(check(&app, body.clone()).await.body["store"], "postgres");
+
+    stop(StopMode::Fast).await;
+    // Memory starts from zero: the fallback is per instance, not a copy.
+    for n in 1..=3 {
+        let reply = check(&app, body.clone()).await;
+        assert_eq!(reply.status, StatusCode::OK, "memory admits {n} of 3");
+        assert_eq!(reply.body["store"], "memory");
+        assert_eq!(reply.body["degraded"], true);
+    }
+    let reply = check(&app, body.clone()).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "memory enforces the same limit"
+    );
+    assert_eq!(reply.body["store"], "memory");
+
+    restart().await;
+    wait_for_postgres(&app).await;
+    let reply = check(&app, body.clone()).await;
+    assert_eq!(reply.body["store"], "postgres");
+    assert_eq!(reply.body["degraded"], false);
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "postgres had counted 2 of 3 before the outage"
+    );
+    let reply = check(&app, body).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "and that count is still in force"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", "200")]).await;
+    check(
+        &app,
+        json!({ "key": unique("warm"), "limit": 5, "window": "1m" }),
+    )
+    .await;
+
+    signal_all("STOP");
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let reply = check(
+            &app,
+            json!({ "key": unique("p"), "limit": 5, "window": "1m" }),
+        )
+        .await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body["store"], "memory");
+    }
+    signal_all("CONT");
+    // Only the first check waits out the timeout; the rest go straight to
+    // memory. This bounds a correctness property (no request waits beyond
+    // the timeout), with a generous margin for a loaded machine.
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slowest check took {slowest:?}"
+    );
+    wait_for_postgres(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
+    let _serial = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(unique("policies"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("policies.toml");
+    std::fs::write(
+        &file,
+        r#"
+        [policies.open]
+        on_store_error = "allow"
+        identifiers = { user = "text" }
+        [[policies.open.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 1
+        window = "1h"
+
+        [policies.closed]
+        on_store_error = "deny"
+        identifiers = { user = "text" }
+        [[policies.closed.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 1
+        window = "1h"
+        "#,
+    )
+    .unwrap();
+    let url = database().await;
+    let app = instance(&url, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+    let open = json!({ "policy": "open", "identifiers": { "user": "u1" } });
+    let closed = json!({ "policy": "closed", "identifiers": { "user": "u1" } });
+    assert_eq!(check(&app, closed.clone()).await.status, StatusCode::OK);
+
+    stop(StopMode::Immediate).await;
+    for _ in 0..3 {
+        let reply = check(&app, open.clone()).await;
+        assert_eq!(reply.status, StatusCode::OK, "fail open admits, uncounted");
+        assert_eq!(reply.body["store"], "none");
+        assert_eq!(reply.body["degraded"], true);
+        let reply = check(&app, closed.clone()).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fail closed never admits"
+        );
+        assert_eq!(reply.header("content-type"), "application/problem+json");
+    }
+    restart().await;
+    wait_for_postgres(&app).await;
+    assert_eq!(
+        check(&app, closed).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the count from before holds"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
