@@ -1,0 +1,251 @@
+//! The real binary, as an operator runs it: zero-config start, logs,
+//! signals, and refusals at start-up.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pglimit::pg_cluster::{Cluster, StopMode};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pglimit");
+
+/// A running pglimit process, its JSON log in a file.
+struct Running {
+    child: Child,
+    log: PathBuf,
+    addr: String,
+}
+
+fn temp_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(common::unique(prefix));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn command(envs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PGLIMIT_BIND", "127.0.0.1:0")
+        .env("PGLIMIT_LOG_FORMAT", "json")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    cmd
+}
+
+fn log_lines(log: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn messages_containing(log: &Path, needle: &str) -> usize {
+    log_lines(log)
+        .iter()
+        .filter(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(needle))
+        })
+        .count()
+}
+
+fn start(envs: &[(&str, &str)], dir: &Path) -> Running {
+    let log = dir.join(common::unique("pglimit.log"));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = command(envs).stderr(file).spawn().expect("spawn pglimit");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listening = log_lines(&log)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "listening");
+        if let Some(line) = listening {
+            let addr = line["fields"]["addr"].as_str().expect("addr").to_owned();
+            return Running { child, log, addr };
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pglimit did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Running {
+    async fn check(&self, body: Value) -> (u16, Value) {
+        let reply = reqwest::Client::new()
+            .post(format!("http://{}/check", self.addr))
+            .json(&body)
+            .send()
+            .await
+            .expect("reply");
+        (
+            reply.status().as_u16(),
+            reply.json().await.expect("JSON body"),
+        )
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    fn terminate(mut self) -> PathBuf {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "exit status {status}: {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+                return self.log.clone();
+            }
+            assert!(Instant::now() < deadline, "pglimit did not exit on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// Runs the binary to completion; returns (success, stderr).
+fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
+    let out = command(envs)
+        .env("PGLIMIT_LOG_FORMAT", "text")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run pglimit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_start_serves_from_a_private_postgres_and_keeps_counters_across_restarts() {
+    let dir = temp_dir("zero-config");
+    let data = dir.join("data");
+    let envs = [("PGLIMIT_DATA_DIR", data.to_str().unwrap())];
+    let body = json!({ "key": "report", "limit": 2, "window": "1h" });
+
+    let service = start(&envs, &dir);
+    assert_eq!(
+        messages_containing(&service.log, "started a private PostgreSQL"),
+        1
+    );
+    let (status, reply) = service.check(body.clone()).await;
+    assert_eq!((status, reply["store"].as_str()), (200, Some("postgres")));
+    let log = service.terminate();
+    assert_eq!(
+        messages_containing(&log, "stopped the private PostgreSQL"),
+        1
+    );
+    assert!(
+        !data.join("pg/postmaster.pid").exists(),
+        "the private cluster was stopped"
+    );
+
+    // Same data directory, same generated secret: the count carried over.
+    let service = start(&envs, &dir);
+    assert_eq!(service.check(body.clone()).await.0, 200);
+    assert_eq!(service.check(body).await.0, 429);
+    service.terminate();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns() {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster"))
+        .await
+        .unwrap();
+    let dir = temp_dir("fallback-log");
+    let url = cluster.url();
+    let envs = [
+        ("DATABASE_URL", url.as_str()),
+        ("PGLIMIT_KEY_SECRET", common::SECRET),
+    ];
+    let service = start(&envs, &dir);
+    let body = json!({ "key": "k", "limit": 1000, "window": "1h" });
+    assert_eq!(service.check(body.clone()).await.1["store"], "postgres");
+
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast).map(|()| cluster))
+            .await
+            .unwrap()
+            .expect("stop");
+    for _ in 0..30 {
+        let (status, reply) = service.check(body.clone()).await;
+        assert_eq!((status, reply["store"].as_str()), (200, Some("memory")));
+    }
+    let cluster = tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster))
+        .await
+        .unwrap()
+        .expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while service.check(body.clone()).await.1["store"] != "postgres" {
+        assert!(Instant::now() < deadline, "did not return to postgres");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..10 {
+        assert_eq!(service.check(body.clone()).await.1["store"], "postgres");
+    }
+    assert_eq!(messages_containing(&service.log, "postgres unreachable"), 1);
+    assert_eq!(messages_containing(&service.log, "postgres is back"), 1);
+    let warn = log_lines(&service.log).into_iter().find(|l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unreachable"))
+    });
+    assert_eq!(warn.expect("warn line")["level"], "WARN");
+    service.terminate();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn without_server_binaries_it_exits_naming_the_package_and_the_alternative() {
+    let dir = temp_dir("no-binaries");
+    let (ok, stderr) = run_to_exit(&[
+        ("PGLIMIT_DATA_DIR", dir.to_str().unwrap()),
+        ("PGLIMIT_PG_BIN", "/nonexistent"),
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("apt-get install postgresql") && stderr.contains("DATABASE_URL"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn without_tokens_it_refuses_to_listen_beyond_loopback() {
+    let (ok, stderr) = run_to_exit(&[
+        ("PGLIMIT_BIND", "0.0.0.0:0"),
+        ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+        ("PGLIMIT_KEY_SECRET", common::SECRET),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("PGLIMIT_API_TOKENS"), "{stderr}");
+}
+
+#[test]
+fn a_database_url_without_a_shared_secret_is_a_start_up_error() {
+    let (ok, stderr) = run_to_exit(&[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("PGLIMIT_KEY_SECRET") && stderr.contains("same secret"),
+        "{stderr}"
+    );
+}
