@@ -59,22 +59,28 @@ fn start(envs: &[(&str, &str)], dir: &Path) -> Running {
     let log = dir.join(common::unique("pglimit.log"));
     let file = std::fs::File::create(&log).expect("log file");
     let child = command(envs).stderr(file).spawn().expect("spawn pglimit");
+    // Owned at once, so that a failed start still kills and reaps the child.
+    let mut running = Running {
+        child,
+        log,
+        addr: String::new(),
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let listening = log_lines(&log)
-            .into_iter()
-            .find(|l| l["fields"]["message"] == "listening");
-        if let Some(line) = listening {
-            let addr = line["fields"]["addr"].as_str().expect("addr").to_owned();
-            return Running { child, log, addr };
-        }
+    while running.addr.is_empty() {
         assert!(
             Instant::now() < deadline,
             "pglimit did not start: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            std::fs::read_to_string(&running.log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
+        let listening = log_lines(&running.log)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "listening");
+        if let Some(line) = listening {
+            running.addr = line["fields"]["addr"].as_str().expect("addr").to_owned();
+        }
     }
+    running
 }
 
 impl Running {
@@ -117,6 +123,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
