@@ -38,9 +38,11 @@ DECLARE
     v_all boolean;
 BEGIN
     -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+    -- A new row starts expired, so only an admitted check starts its window
+    -- (a peek with cost 0, or a denied check, must not).
     INSERT INTO pglimit_buckets AS b (key, count, reset_at)
-    SELECT u.key, 0, now() + u.win * interval '1 millisecond'
-    FROM unnest(p_keys, p_windows_ms) AS u(key, win)
+    SELECT u.key, 0, now()
+    FROM unnest(p_keys) AS u(key)
     ORDER BY u.key
     ON CONFLICT (key) DO UPDATE SET count = b.count WHERE false;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::limiter::{KeySecret, Limiter};
-use crate::pg_cluster::{Cluster, ClusterError};
+use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth};
 use crate::storage::{FallbackStore, MemoryStore, PgStore, PgStoreOptions};
@@ -44,67 +44,67 @@ impl Service {
             Some(path) => Policies::load(path)?,
             None => Policies::builtin(),
         };
-        let (url, secret, cluster) = match (&config.database_url, &config.key_secret) {
-            (Some(url), Some(secret)) => (url.clone(), secret.clone(), None),
-            _ => private_database(&config.data_dir, config.pg_bin.as_deref()).await?,
+        let (url, secret, cluster) = match &config.database_url {
+            Some(url) => (url.clone(), shared_secret(config)?, None),
+            None => {
+                let (dir, bin) = (&config.data_dir, config.pg_bin.as_deref());
+                private_database(dir, bin, config.key_secret.clone()).await?
+            }
         };
         let pg = PgStore::connect(&url, pg_options(config)).await?;
-        let store = FallbackStore::new(
-            pg,
-            MemoryStore::new(config.memory_capacity),
-            config.db_timeout,
-            PROBE_EVERY,
-        );
+        let store =
+            FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let limiter = Limiter::new(store, policies, secret);
         let auth = Auth::new(config.api_tokens.iter().map(String::as_str));
-        let state = AppState {
-            limiter: Arc::new(limiter),
-            auth: Arc::new(auth),
-        };
+        let state = AppState { limiter: Arc::new(limiter), auth: Arc::new(auth) };
         Ok(Self { state, cluster })
     }
 }
 
 fn pg_options(config: &Config) -> PgStoreOptions {
     PgStoreOptions {
-        pool_size: config.db_pool_size,
+        connections: config.db_pool_size,
         timeout: config.db_timeout,
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
     }
 }
 
-/// Zero-config mode: a private cluster in `dir`, and a key secret generated
-/// once and kept beside it (so counters survive restarts).
+/// The secret every instance on a shared database must use. `Config`
+/// already refuses a database URL without one; this keeps it an error here too.
+fn shared_secret(config: &Config) -> Result<KeySecret, StartError> {
+    config.key_secret.clone().ok_or_else(|| {
+        StartError::Config(crate::config::ConfigError {
+            var: "PGLIMIT_KEY_SECRET",
+            reason: "required when DATABASE_URL is set".into(),
+        })
+    })
+}
+
+/// Zero-config mode: a private cluster in `dir`, and the configured key
+/// secret or else one generated once and kept beside it (so counters
+/// survive restarts).
 async fn private_database(
     dir: &Path,
     bin: Option<&Path>,
+    secret: Option<KeySecret>,
 ) -> Result<(String, KeySecret, Option<Cluster>), StartError> {
     let (dir, bin) = (dir.to_owned(), bin.map(Path::to_owned));
-    let cluster =
-        tokio::task::spawn_blocking(move || Cluster::start(&dir, bin.as_deref()).map(|c| (c, dir)))
-            .await
-            .map_err(|e| ClusterError::Io(format!("cluster start-up task failed: {e}")))?;
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&dir, bin.as_deref()).map(|c| (c, dir)))
+        .await
+        .map_err(|e| ClusterError::Io(format!("cluster start-up task failed: {e}")))?;
     let (cluster, dir) = cluster?;
-    let secret = load_or_create_secret(&dir)?;
+    let secret = match secret {
+        Some(secret) => secret,
+        None => load_or_create_secret(&dir)?,
+    };
     tracing::info!(data_dir = %cluster.data_dir().display(), port = cluster.port(), "started a private PostgreSQL (DATABASE_URL is not set)");
     Ok((cluster.url(), secret, Some(cluster)))
 }
 
 fn load_or_create_secret(dir: &Path) -> Result<KeySecret, ClusterError> {
     let path = dir.join("key-secret");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(_) => {
-            let text = hex::encode(rand::random::<[u8; 32]>());
-            crate::pg_cluster::write_private(&path, &text)?;
-            text
-        }
-    };
-    KeySecret::new(text.trim().as_bytes()).ok_or_else(|| {
-        ClusterError::Io(format!(
-            "{} holds a key secret that is too short",
-            path.display()
-        ))
-    })
+    let text = read_or_create_private(&path, || hex::encode(rand::random::<[u8; 32]>()))?;
+    KeySecret::new(text.trim().as_bytes())
+        .ok_or_else(|| ClusterError::Io(format!("{} holds a key secret that is too short", path.display())))
 }

@@ -70,16 +70,10 @@ impl Config {
             None => None,
         };
         Ok(Self {
-            bind: parse(
-                &get,
-                "PGLIMIT_BIND",
-                "127.0.0.1:8080",
-                "an address like 127.0.0.1:8080",
-            )?,
+            bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
             database_url,
             key_secret,
-            data_dir: get("PGLIMIT_DATA_DIR")
-                .map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
+            data_dir: get("PGLIMIT_DATA_DIR").map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
             pg_bin: get("PGLIMIT_PG_BIN").map(PathBuf::from),
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
             api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
@@ -138,21 +132,13 @@ fn missing_secret() -> ConfigError {
 fn short_secret(len: usize) -> ConfigError {
     ConfigError {
         var: "PGLIMIT_KEY_SECRET",
-        reason: format!(
-            "is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)"
-        ),
+        reason: format!("is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)"),
     }
 }
 
 fn tokens(raw: Option<String>) -> Vec<String> {
-    raw.map(|s| {
-        s.split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(String::from)
-            .collect()
-    })
-    .unwrap_or_default()
+    raw.map(|s| s.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
 }
 
 fn parse<T: FromStr>(
@@ -162,10 +148,7 @@ fn parse<T: FromStr>(
     what: &str,
 ) -> Result<T, ConfigError> {
     let raw = get(var).unwrap_or_else(|| default.to_owned());
-    raw.trim().parse().map_err(|_| ConfigError {
-        var,
-        reason: format!("{raw:?} is not {what}"),
-    })
+    raw.trim().parse().map_err(|_| ConfigError { var, reason: format!("{raw:?} is not {what}") })
 }
 
 fn in_range<T: FromStr + PartialOrd>(
@@ -177,10 +160,7 @@ fn in_range<T: FromStr + PartialOrd>(
 ) -> Result<T, ConfigError> {
     let value: T = parse(get, var, default, what)?;
     if !range.contains(&value) {
-        return Err(ConfigError {
-            var,
-            reason: format!("out of range: expected {what}"),
-        });
+        return Err(ConfigError { var, reason: format!("out of range: expected {what}") });
     }
     Ok(value)
 }
@@ -191,10 +171,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|name| map.get(name).cloned())
     }
 
@@ -211,16 +188,8 @@ mod tests {
     fn a_database_url_without_a_secret_is_refused_naming_the_variable() {
         let err = config(&[("DATABASE_URL", "postgres://x")]).unwrap_err();
         assert_eq!(err.var, "PGLIMIT_KEY_SECRET");
-        let err = config(&[
-            ("DATABASE_URL", "postgres://x"),
-            ("PGLIMIT_KEY_SECRET", "short"),
-        ])
-        .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("PGLIMIT_KEY_SECRET: is 5 bytes"),
-            "{err}"
-        );
+        let err = config(&[("DATABASE_URL", "postgres://x"), ("PGLIMIT_KEY_SECRET", "short")]).unwrap_err();
+        assert!(err.to_string().starts_with("PGLIMIT_KEY_SECRET: is 5 bytes"), "{err}");
     }
 
     #[test]

@@ -29,10 +29,7 @@ pub enum Error {
 
 impl Error {
     pub fn field(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self::InvalidField {
-            field: field.into(),
-            detail: detail.into(),
-        }
+        Self::InvalidField { field: field.into(), detail: detail.into() }
     }
 
     fn status(&self) -> StatusCode {
@@ -78,10 +75,7 @@ impl IntoResponse for Error {
         }
         let mut response = (status, body.to_string()).into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match self {
             Self::Unauthorized(_) => {

@@ -28,7 +28,9 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let service = Service::start(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     if service.state.auth.is_open() {
-        tracing::warn!("PGLIMIT_API_TOKENS is not set: /check is unauthenticated, so pglimit listens on loopback only");
+        tracing::warn!(
+            "PGLIMIT_API_TOKENS is not set: /check is unauthenticated, so pglimit listens on loopback only"
+        );
     }
     tracing::info!(addr = %listener.local_addr()?, "listening");
     pglimit::serve(listener, service.state, shutdown_signal()).await?;
@@ -40,11 +42,8 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -12,7 +12,7 @@
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -65,7 +65,9 @@ impl Cluster {
         };
         fs::create_dir_all(dir)
             .map_err(|e| io(format!("cannot create data directory {}", dir.display()), e))?;
-        Self::launch(bin, dir, true, false)
+        // PostgreSQL resolves relative paths from inside its data directory.
+        let dir = std::path::absolute(dir).map_err(|e| io(format!("cannot resolve {}", dir.display()), e))?;
+        Self::launch(bin, &dir, true, false)
     }
 
     /// Starts a fresh cluster in a temporary directory that is deleted when
@@ -83,10 +85,7 @@ impl Cluster {
 
     /// A connection URL for `database`.
     pub fn url_for(&self, database: &str) -> String {
-        format!(
-            "postgres://pglimit:{}@127.0.0.1:{}/{database}",
-            self.password, self.port
-        )
+        format!("postgres://pglimit:{}@127.0.0.1:{}/{database}", self.password, self.port)
     }
 
     pub fn url(&self) -> String {
@@ -120,31 +119,14 @@ impl Cluster {
         self.pg_ctl_start()
     }
 
-    fn launch(
-        bin: PathBuf,
-        dir: &Path,
-        durable: bool,
-        remove_on_exit: bool,
-    ) -> Result<Self, ClusterError> {
-        let run_as = if is_root() {
-            Some(postgres_account()?)
-        } else {
-            None
-        };
+    fn launch(bin: PathBuf, dir: &Path, durable: bool, remove_on_exit: bool) -> Result<Self, ClusterError> {
+        let run_as = if is_root() { Some(postgres_account()?) } else { None };
         let pg_dir = dir.join("pg");
         let password = load_or_create_password(dir)?;
         let cleanup = if remove_on_exit { dir } else { Path::new("") };
         let watchdog = spawn_watchdog(&bin, &pg_dir, cleanup, run_as)?;
         let port = free_port()?;
-        let cluster = Self {
-            bin,
-            pg_dir,
-            port,
-            password,
-            durable,
-            run_as,
-            _watchdog: watchdog,
-        };
+        let cluster = Self { bin, pg_dir, port, password, durable, run_as, _watchdog: watchdog };
         if remove_on_exit {
             chown(dir, run_as)?;
         }
@@ -158,12 +140,37 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// When running as root, PostgreSQL runs as `postgres`, which must be
+    /// able to enter every directory above the cluster's.
+    fn check_reachable(&self, dir: &Path) -> Result<(), ClusterError> {
+        if self.run_as.is_none() {
+            return Ok(());
+        }
+        let ok = command_as(self.run_as, Path::new("test"))
+            .arg("-w")
+            .arg(&self.pg_dir)
+            .stdin(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return Ok(());
+        }
+        Err(ClusterError::Io(format!(
+            "pglimit runs as root, so its private PostgreSQL runs as the `postgres` account, which cannot reach {}: \
+             set PGLIMIT_DATA_DIR to a directory it can enter (e.g. /var/lib/pglimit or /tmp/pglimit), or set DATABASE_URL",
+            dir.display()
+        )))
+    }
+
     fn initdb(&self, dir: &Path) -> Result<(), ClusterError> {
-        fs::create_dir_all(&self.pg_dir)
-            .map_err(|e| io("cannot create the cluster directory".into(), e))?;
+        fs::create_dir_all(&self.pg_dir).map_err(|e| io("cannot create the cluster directory".into(), e))?;
         chown(&self.pg_dir, self.run_as)?;
-        let pwfile = dir.join("pg-password.initdb");
-        write_private(&pwfile, &self.password)?;
+        self.check_reachable(dir)?;
+        // Outside the data directory's parent, which `postgres` may not be
+        // able to read; initdb reads it once and it is deleted at once.
+        let pwfile = std::env::temp_dir().join(format!("pglimit-initdb-{:016x}", rand::random::<u64>()));
+        read_or_create_private(&pwfile, || self.password.clone())?;
         chown(&pwfile, self.run_as)?;
         let result = self.run(
             "initdb",
@@ -209,24 +216,14 @@ impl Cluster {
     fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<(), ClusterError> {
         let mut cmd = command_as(self.run_as, &self.bin.join(program));
         cmd.args(args).stdin(Stdio::null());
-        let what = format!(
-            "{program} {}",
-            args.first()
-                .map(|a| a.to_string_lossy())
-                .unwrap_or_default()
-        );
-        let out = cmd
-            .output()
-            .map_err(|e| io(format!("cannot run {what}"), e))?;
+        let what = format!("{program} {}", args.first().map(|a| a.to_string_lossy()).unwrap_or_default());
+        let out = cmd.output().map_err(|e| io(format!("cannot run {what}"), e))?;
         if out.status.success() {
             return Ok(());
         }
         let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
         output.push_str(&String::from_utf8_lossy(&out.stdout));
-        Err(ClusterError::Command {
-            what,
-            output: output.trim().to_owned(),
-        })
+        Err(ClusterError::Command { what, output: output.trim().to_owned() })
     }
 }
 
@@ -244,22 +241,21 @@ fn command_as(account: Option<Account>, program: &Path) -> Command {
 
 /// The watchdog waits for its stdin to close (this process has exited or
 /// dropped the cluster), then stops the server and removes `cleanup` if given.
-/// It ignores terminal signals so that Ctrl-C reaches the service, which stops
-/// the server itself, rather than killing the watchdog first.
+/// It runs in a session of its own and ignores terminal signals, so that a
+/// Ctrl-C or a signal to this process group reaches the service (which stops
+/// the server itself) and not the watchdog.
 fn spawn_watchdog(
     bin: &Path,
     pg_dir: &Path,
     cleanup: &Path,
     run_as: Option<Account>,
 ) -> Result<Child, ClusterError> {
-    let script = r#"trap '' INT TERM HUP; cat >/dev/null; "$0/pg_ctl" stop -D "$1" -m immediate -w >/dev/null 2>&1; [ -n "$2" ] && rm -rf "$2"; exit 0"#;
-    let mut cmd = command_as(run_as, Path::new("/bin/sh"));
-    cmd.arg("-c").arg(script).arg(bin).arg(pg_dir).arg(cleanup);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    cmd.spawn()
-        .map_err(|e| io("cannot start the cluster watchdog".into(), e))
+    let script = r#"trap '' INT TERM HUP; cat >/dev/null; $3 "$0/pg_ctl" stop -D "$1" -m immediate -w >/dev/null 2>&1; [ -n "$2" ] && rm -rf "$2"; exit 0"#;
+    let as_postgres = if run_as.is_some() { "runuser -u postgres --" } else { "" };
+    let mut cmd = Command::new("setsid");
+    cmd.arg("/bin/sh").arg("-c").arg(script).arg(bin).arg(pg_dir).arg(cleanup).arg(as_postgres);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.spawn().map_err(|e| io("cannot start the cluster watchdog".into(), e))
 }
 
 fn find_binaries() -> Option<PathBuf> {
@@ -284,14 +280,11 @@ fn has_binaries(dir: &Path) -> bool {
 }
 
 fn is_root() -> bool {
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 fn postgres_account() -> Result<Account, ClusterError> {
-    let passwd =
-        fs::read_to_string("/etc/passwd").map_err(|e| io("cannot read /etc/passwd".into(), e))?;
+    let passwd = fs::read_to_string("/etc/passwd").map_err(|e| io("cannot read /etc/passwd".into(), e))?;
     passwd
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
@@ -311,32 +304,37 @@ fn chown(path: &Path, account: Option<Account>) -> Result<(), ClusterError> {
 }
 
 fn load_or_create_password(dir: &Path) -> Result<String, ClusterError> {
-    let path = dir.join("pg-password");
-    if let Ok(existing) = fs::read_to_string(&path) {
-        return Ok(existing.trim().to_owned());
-    }
-    let password = hex::encode(rand::random::<[u8; 24]>());
-    write_private(&path, &password)?;
-    Ok(password)
+    let password =
+        read_or_create_private(&dir.join("pg-password"), || hex::encode(rand::random::<[u8; 24]>()))?;
+    Ok(password.trim().to_owned())
 }
 
-/// Writes `text` to a new file readable by its owner only.
-pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
-    let mut file =
-        fs::File::create(path).map_err(|e| io(format!("cannot create {}", path.display()), e))?;
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(|e| io(format!("cannot restrict {}", path.display()), e))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| io(format!("cannot write {}", path.display()), e))
+/// Reads `path`, or, only if it does not exist, creates it with `make()`,
+/// readable by its owner alone from the start. Any other error is returned:
+/// regenerating a secret that exists but cannot be read would silently reset
+/// every counter, or lock the service out of its own cluster.
+pub fn read_or_create_private(path: &Path, make: impl FnOnce() -> String) -> Result<String, ClusterError> {
+    match fs::read_to_string(path) {
+        Ok(text) => return Ok(text),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io(format!("cannot read {}", path.display()), e))
+        }
+        Err(_) => {}
+    }
+    let text = make();
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| io(format!("cannot create {}", path.display()), e))?;
+    file.write_all(text.as_bytes()).map_err(|e| io(format!("cannot write {}", path.display()), e))?;
+    Ok(text)
 }
 
 fn free_port() -> Result<u16, ClusterError> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| io("cannot find a free port".into(), e))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| io("cannot find a free port".into(), e))
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("cannot find a free port".into(), e))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| io("cannot find a free port".into(), e))
 }
 
 fn io(what: String, e: std::io::Error) -> ClusterError {

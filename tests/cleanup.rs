@@ -10,10 +10,8 @@ use serde_json::json;
 
 async fn rows(url: &str) -> i64 {
     let pool = sqlx::PgPool::connect(url).await.expect("connect");
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM pglimit_buckets")
-        .fetch_one(&pool)
-        .await
-        .expect("count");
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM pglimit_buckets").fetch_one(&pool).await.expect("count");
     pool.close().await;
     n
 }
@@ -23,24 +21,14 @@ async fn cleanup_deletes_expired_rows_and_keeps_live_ones() {
     let url = fresh_database().await;
     let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
     for _ in 0..30 {
-        check(
-            &app,
-            json!({ "key": unique("gone"), "limit": 5, "window": "100ms" }),
-        )
-        .await;
+        check(&app, json!({ "key": unique("gone"), "limit": 5, "window": "100ms" })).await;
     }
     let live = unique("live");
     check(&app, json!({ "key": live, "limit": 2, "window": "1h" })).await;
     assert_eq!(rows(&url).await, 31);
     tokio::time::sleep(Duration::from_millis(150)).await;
 
-    let deleted = app
-        .limiter
-        .store()
-        .primary()
-        .cleanup()
-        .await
-        .expect("cleanup");
+    let deleted = app.limiter.store().primary().cleanup().await.expect("cleanup");
     assert_eq!(deleted, 30);
     assert_eq!(rows(&url).await, 1);
     // The live bucket's count survived the cleanup.
@@ -58,11 +46,7 @@ async fn a_stream_of_one_off_keys_keeps_the_table_bounded() {
     let mut peak = 0;
     for round in 0..6 {
         for _ in 0..50 {
-            check(
-                &app,
-                json!({ "key": unique("once"), "limit": 1, "window": "100ms" }),
-            )
-            .await;
+            check(&app, json!({ "key": unique("once"), "limit": 1, "window": "100ms" })).await;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         if round > 0 {

@@ -11,10 +11,7 @@ fn assert_problem(reply: &Reply, status: StatusCode, field: Option<&str>) {
     assert_eq!(reply.status, status, "{}", reply.body);
     assert_eq!(reply.header("content-type"), "application/problem+json");
     assert_eq!(reply.body["status"], status.as_u16());
-    assert!(reply.body["type"]
-        .as_str()
-        .unwrap()
-        .starts_with("urn:pglimit:problem:"));
+    assert!(reply.body["type"].as_str().unwrap().starts_with("urn:pglimit:problem:"));
     assert!(!reply.body["detail"].as_str().unwrap().is_empty());
     if let Some(field) = field {
         assert_eq!(reply.body["field"], field, "{}", reply.body);
@@ -24,20 +21,10 @@ fn assert_problem(reply: &Reply, status: StatusCode, field: Option<&str>) {
 #[tokio::test]
 async fn malformed_json_is_a_400() {
     let app = app().await;
-    for body in [
-        "{",
-        "",
-        "not json",
-        "{\"key\":\"k\",\"limit\":1,\"window\":\"1s\"} trailing",
-        "[]",
-    ] {
+    for body in ["{", "", "not json", "{\"key\":\"k\",\"limit\":1,\"window\":\"1s\"} trailing", "[]"] {
         let reply = post_raw(&app, body, None).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body:?}");
-        assert_eq!(
-            reply.header("content-type"),
-            "application/problem+json",
-            "{body:?}"
-        );
+        assert_eq!(reply.header("content-type"), "application/problem+json", "{body:?}");
     }
 }
 
@@ -52,28 +39,13 @@ async fn a_body_that_is_not_utf8_is_a_400() {
 async fn wrong_types_name_the_field() {
     let app = app().await;
     let cases = [
-        (
-            json!({ "key": "k", "limit": "10", "window": "1h" }),
-            "limit",
-        ),
+        (json!({ "key": "k", "limit": "10", "window": "1h" }), "limit"),
         (json!({ "key": "k", "limit": 10, "window": 60 }), "window"),
         (json!({ "key": 5, "limit": 10, "window": "1h" }), "key"),
-        (
-            json!({ "key": "k", "limit": 10, "window": "1h", "cost": -1 }),
-            "cost",
-        ),
-        (
-            json!({ "key": "k", "limit": 10, "window": "1h", "cost": 1.5 }),
-            "cost",
-        ),
-        (
-            json!({ "policy": "login", "identifiers": ["a"] }),
-            "identifiers",
-        ),
-        (
-            json!({ "policy": "login", "identifiers": { "email": 1, "ip": "1.2.3.4" } }),
-            "identifiers.email",
-        ),
+        (json!({ "key": "k", "limit": 10, "window": "1h", "cost": -1 }), "cost"),
+        (json!({ "key": "k", "limit": 10, "window": "1h", "cost": 1.5 }), "cost"),
+        (json!({ "policy": "login", "identifiers": ["a"] }), "identifiers"),
+        (json!({ "policy": "login", "identifiers": { "email": 1, "ip": "1.2.3.4" } }), "identifiers.email"),
     ];
     for (body, field) in cases {
         let reply = common::check(&app, body.clone()).await;
@@ -84,11 +56,7 @@ async fn wrong_types_name_the_field() {
 #[tokio::test]
 async fn unknown_fields_are_refused_by_name() {
     let app = app().await;
-    let reply = common::check(
-        &app,
-        json!({ "key": "k", "limit": 1, "window": "1h", "limt": 2 }),
-    )
-    .await;
+    let reply = common::check(&app, json!({ "key": "k", "limit": 1, "window": "1h", "limt": 2 })).await;
     assert_problem(&reply, StatusCode::BAD_REQUEST, None);
     assert!(reply.body["detail"].as_str().unwrap().contains("limt"));
 }
@@ -105,14 +73,8 @@ async fn an_unknown_policy_is_a_400_naming_it() {
 async fn missing_or_invalid_identifiers_name_the_field() {
     let app = app().await;
     let cases = [
-        (
-            json!({ "policy": "login", "identifiers": { "email": "a@example.com" } }),
-            "identifiers.ip",
-        ),
-        (
-            json!({ "policy": "login", "identifiers": { "ip": "1.2.3.4" } }),
-            "identifiers.email",
-        ),
+        (json!({ "policy": "login", "identifiers": { "email": "a@example.com" } }), "identifiers.ip"),
+        (json!({ "policy": "login", "identifiers": { "ip": "1.2.3.4" } }), "identifiers.email"),
         (
             json!({ "policy": "login", "identifiers": { "email": "a@example.com", "ip": "1.2.3" } }),
             "identifiers.ip",
@@ -138,32 +100,14 @@ async fn out_of_range_limits_windows_and_costs_are_refused() {
     let app = app().await;
     let cases = [
         (json!({ "key": "k", "limit": 0, "window": "1h" }), "limit"),
-        (
-            json!({ "key": "k", "limit": 10_000_000_000u64, "window": "1h" }),
-            "limit",
-        ),
-        (
-            json!({ "key": "k", "limit": 10, "window": "50ms" }),
-            "window",
-        ),
-        (
-            json!({ "key": "k", "limit": 10, "window": "400d" }),
-            "window",
-        ),
+        (json!({ "key": "k", "limit": 10_000_000_000u64, "window": "1h" }), "limit"),
+        (json!({ "key": "k", "limit": 10, "window": "50ms" }), "window"),
+        (json!({ "key": "k", "limit": 10, "window": "400d" }), "window"),
         (json!({ "key": "k", "limit": 10, "window": "1w" }), "window"),
-        (
-            json!({ "key": "k", "limit": 10, "window": "1h", "cost": 11 }),
-            "cost",
-        ),
-        (
-            json!({ "key": "k", "limit": 10, "window": "1h", "cost": 99_999_999_999u64 }),
-            "cost",
-        ),
+        (json!({ "key": "k", "limit": 10, "window": "1h", "cost": 11 }), "cost"),
+        (json!({ "key": "k", "limit": 10, "window": "1h", "cost": 99_999_999_999u64 }), "cost"),
         (json!({ "key": "", "limit": 10, "window": "1h" }), "key"),
-        (
-            json!({ "key": "k".repeat(257), "limit": 10, "window": "1h" }),
-            "key",
-        ),
+        (json!({ "key": "k".repeat(257), "limit": 10, "window": "1h" }), "key"),
         (json!({ "key": "k", "window": "1h" }), "limit"),
         (json!({ "key": "k", "limit": 10 }), "window"),
         (
@@ -181,36 +125,17 @@ async fn out_of_range_limits_windows_and_costs_are_refused() {
 async fn mixing_the_two_request_forms_is_refused() {
     let app = app().await;
     let both = json!({ "policy": "login", "key": "k", "limit": 1, "window": "1h" });
-    assert_problem(
-        &common::check(&app, both).await,
-        StatusCode::BAD_REQUEST,
-        Some("key"),
-    );
-    assert_problem(
-        &common::check(&app, json!({})).await,
-        StatusCode::BAD_REQUEST,
-        Some("policy"),
-    );
+    assert_problem(&common::check(&app, both).await, StatusCode::BAD_REQUEST, Some("key"));
+    assert_problem(&common::check(&app, json!({})).await, StatusCode::BAD_REQUEST, Some("policy"));
     let stray = json!({ "policy": "login", "identifiers": {}, "window": "1h" });
-    assert_problem(
-        &common::check(&app, stray).await,
-        StatusCode::BAD_REQUEST,
-        Some("window"),
-    );
+    assert_problem(&common::check(&app, stray).await, StatusCode::BAD_REQUEST, Some("window"));
 }
 
 #[tokio::test]
 async fn a_body_over_16_kib_is_a_413() {
     let app = app().await;
-    let big = format!(
-        "{{\"key\":\"{}\",\"limit\":1,\"window\":\"1h\"}}",
-        "x".repeat(17 * 1024)
-    );
-    assert_problem(
-        &post_raw(&app, big, None).await,
-        StatusCode::PAYLOAD_TOO_LARGE,
-        None,
-    );
+    let big = format!("{{\"key\":\"{}\",\"limit\":1,\"window\":\"1h\"}}", "x".repeat(17 * 1024));
+    assert_problem(&post_raw(&app, big, None).await, StatusCode::PAYLOAD_TOO_LARGE, None);
 }
 
 #[tokio::test]
@@ -221,21 +146,12 @@ async fn with_tokens_configured_a_missing_or_wrong_token_is_a_401() {
     let missing = post_raw(&app, body.clone(), None).await;
     assert_problem(&missing, StatusCode::UNAUTHORIZED, None);
     assert_eq!(missing.header("www-authenticate"), "Bearer");
-    assert_problem(
-        &post_raw(&app, body.clone(), Some("alpha")).await,
-        StatusCode::UNAUTHORIZED,
-        None,
-    );
-    assert_eq!(
-        post_raw(&app, body.clone(), Some("alpha-token"))
-            .await
-            .status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        post_raw(&app, body, Some("beta-token")).await.status,
-        StatusCode::OK
-    );
+    assert_problem(&post_raw(&app, body.clone(), Some("alpha")).await, StatusCode::UNAUTHORIZED, None);
+    assert_eq!(post_raw(&app, body.clone(), Some("alpha-token")).await.status, StatusCode::OK);
+    assert_eq!(post_raw(&app, body.clone(), Some("beta-token")).await.status, StatusCode::OK);
+    let lower =
+        Request::post("/check").header("authorization", "bearer alpha-token").body(Body::from(body)).unwrap();
+    assert_eq!(send(&app, lower).await.status, StatusCode::OK, "the auth scheme is case-insensitive");
 }
 
 #[tokio::test]

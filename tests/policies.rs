@@ -11,12 +11,8 @@ async fn login_checks_all_three_buckets_together() {
     let app = app().await;
     let reply = check(&app, login("alice@example.com", "203.0.113.7")).await;
     assert_eq!(reply.status, StatusCode::OK);
-    let names: Vec<&str> = reply.body["buckets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> =
+        reply.body["buckets"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["email_ip", "ip", "email"]);
     assert_eq!(remaining(&reply.body, "email_ip"), 4);
     assert_eq!(remaining(&reply.body, "ip"), 19);
@@ -86,53 +82,27 @@ async fn one_ip_is_capped_across_all_emails() {
 async fn ipv6_clients_in_one_64_share_the_ip_bucket() {
     let app = app().await;
     for n in 0..20 {
-        check(
-            &app,
-            login(
-                &format!("u{n}@example.com"),
-                &format!("2001:db8:0:1::{n:x}"),
-            ),
-        )
-        .await;
+        check(&app, login(&format!("u{n}@example.com"), &format!("2001:db8:0:1::{n:x}"))).await;
     }
     let reply = check(&app, login("x@example.com", "2001:db8:0:1:ffff::1")).await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     let reply = check(&app, login("x@example.com", "2001:db8:0:2::1")).await;
-    assert_eq!(
-        reply.status,
-        StatusCode::OK,
-        "another /64 is another bucket"
-    );
+    assert_eq!(reply.status, StatusCode::OK, "another /64 is another bucket");
 }
 
 #[tokio::test]
 async fn contact_confirmations_are_capped_per_mailbox_however_it_is_written() {
     let app = app().await;
-    let contact =
-        |to: &str| json!({ "policy": "contact_confirmation", "identifiers": { "recipient": to } });
-    for to in [
-        "Alice@Example.com",
-        " alice+contact@example.com ",
-        "ALICE@EXAMPLE.COM",
-    ] {
-        assert_eq!(
-            check(&app, contact(to)).await.status,
-            StatusCode::OK,
-            "{to}"
-        );
+    let contact = |to: &str| json!({ "policy": "contact_confirmation", "identifiers": { "recipient": to } });
+    for to in ["Alice@Example.com", " alice+contact@example.com ", "ALICE@EXAMPLE.COM"] {
+        assert_eq!(check(&app, contact(to)).await.status, StatusCode::OK, "{to}");
     }
     let reply = check(&app, contact("alice+promo@Example.Com")).await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(reply.body["limit"], 3);
     let retry = reply.body["retry_after_s"].as_u64().unwrap();
-    assert!(
-        retry > 86_000 && retry <= 86_400,
-        "a day's window, got {retry}"
-    );
-    assert_eq!(
-        check(&app, contact("bob@example.com")).await.status,
-        StatusCode::OK
-    );
+    assert!(retry > 86_000 && retry <= 86_400, "a day's window, got {retry}");
+    assert_eq!(check(&app, contact("bob@example.com")).await.status, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -157,14 +127,6 @@ async fn a_cost_takes_that_many_slots_from_every_bucket() {
     assert_eq!(remaining(&reply.body, "email_ip"), 2);
     assert_eq!(remaining(&reply.body, "ip"), 17);
     let reply = check(&app, body).await;
-    assert_eq!(
-        reply.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "3 more do not fit in the 2 left"
-    );
-    assert_eq!(
-        remaining(&reply.body, "email_ip"),
-        2,
-        "a denied check takes nothing"
-    );
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "3 more do not fit in the 2 left");
+    assert_eq!(remaining(&reply.body, "email_ip"), 2, "a denied check takes nothing");
 }

@@ -39,19 +39,13 @@ fn command(envs: &[(&str, &str)]) -> Command {
 
 fn log_lines(log: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 fn messages_containing(log: &Path, needle: &str) -> usize {
     log_lines(log)
         .iter()
-        .filter(|l| {
-            l["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains(needle))
-        })
+        .filter(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains(needle)))
         .count()
 }
 
@@ -60,27 +54,23 @@ fn start(envs: &[(&str, &str)], dir: &Path) -> Running {
     let file = std::fs::File::create(&log).expect("log file");
     let child = command(envs).stderr(file).spawn().expect("spawn pglimit");
     // Owned at once, so that a failed start still kills and reaps the child.
-    let mut running = Running {
-        child,
-        log,
-        addr: String::new(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while running.addr.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "pglimit did not start: {}",
-            std::fs::read_to_string(&running.log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        let listening = log_lines(&running.log)
-            .into_iter()
-            .find(|l| l["fields"]["message"] == "listening");
-        if let Some(line) = listening {
-            running.addr = line["fields"]["addr"].as_str().expect("addr").to_owned();
-        }
-    }
+    let mut running = Running { child, log, addr: String::new() };
+    running.addr = wait_for_listening(&running.log);
     running
+}
+
+/// The address from the "listening" log line.
+fn wait_for_listening(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listening = log_lines(log).into_iter().find(|l| l["fields"]["message"] == "listening");
+        if let Some(line) = listening {
+            return line["fields"]["addr"].as_str().expect("addr").to_owned();
+        }
+        let log_text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(Instant::now() < deadline, "pglimit did not start: {log_text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 impl Running {
@@ -91,18 +81,13 @@ impl Running {
             .send()
             .await
             .expect("reply");
-        (
-            reply.status().as_u16(),
-            reply.json().await.expect("JSON body"),
-        )
+        (reply.status().as_u16(), reply.json().await.expect("JSON body"))
     }
 
     /// Sends SIGTERM and waits for a clean exit.
     fn terminate(mut self) -> PathBuf {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill");
         assert!(status.success());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -129,15 +114,9 @@ impl Drop for Running {
 
 /// Runs the binary to completion; returns (success, stderr).
 fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
-    let out = command(envs)
-        .env("PGLIMIT_LOG_FORMAT", "text")
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run pglimit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out =
+        command(envs).env("PGLIMIT_LOG_FORMAT", "text").stderr(Stdio::piped()).output().expect("run pglimit");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,21 +127,12 @@ async fn zero_config_start_serves_from_a_private_postgres_and_keeps_counters_acr
     let body = json!({ "key": "report", "limit": 2, "window": "1h" });
 
     let service = start(&envs, &dir);
-    assert_eq!(
-        messages_containing(&service.log, "started a private PostgreSQL"),
-        1
-    );
+    assert_eq!(messages_containing(&service.log, "started a private PostgreSQL"), 1);
     let (status, reply) = service.check(body.clone()).await;
     assert_eq!((status, reply["store"].as_str()), (200, Some("postgres")));
     let log = service.terminate();
-    assert_eq!(
-        messages_containing(&log, "stopped the private PostgreSQL"),
-        1
-    );
-    assert!(
-        !data.join("pg/postmaster.pid").exists(),
-        "the private cluster was stopped"
-    );
+    assert_eq!(messages_containing(&log, "stopped the private PostgreSQL"), 1);
+    assert!(!data.join("pg/postmaster.pid").exists(), "the private cluster was stopped");
 
     // Same data directory, same generated secret: the count carried over.
     let service = start(&envs, &dir);
@@ -173,25 +143,35 @@ async fn zero_config_start_serves_from_a_private_postgres_and_keeps_counters_acr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_configured_it_starts_in_dot_pglimit_of_the_working_directory() {
+    let dir = temp_dir("default-dir");
+    let log = dir.join("pglimit.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = command(&[]).current_dir(&dir).stderr(file).spawn().expect("spawn pglimit");
+    let mut service = Running { child, log, addr: String::new() };
+    service.addr = wait_for_listening(&service.log);
+    let (status, reply) = service.check(json!({ "key": "k", "limit": 1, "window": "1m" })).await;
+    assert_eq!((status, reply["store"].as_str()), (200, Some("postgres")));
+    assert!(dir.join(".pglimit/pg/PG_VERSION").exists());
+    assert!(dir.join(".pglimit/key-secret").exists());
+    service.terminate();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns() {
-    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster"))
-        .await
-        .unwrap();
+    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap();
     let dir = temp_dir("fallback-log");
     let url = cluster.url();
-    let envs = [
-        ("DATABASE_URL", url.as_str()),
-        ("PGLIMIT_KEY_SECRET", common::SECRET),
-    ];
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
     let service = start(&envs, &dir);
     let body = json!({ "key": "k", "limit": 1000, "window": "1h" });
     assert_eq!(service.check(body.clone()).await.1["store"], "postgres");
 
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast).map(|()| cluster))
-            .await
-            .unwrap()
-            .expect("stop");
+    let cluster = tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast).map(|()| cluster))
+        .await
+        .unwrap()
+        .expect("stop");
     for _ in 0..30 {
         let (status, reply) = service.check(body.clone()).await;
         assert_eq!((status, reply["store"].as_str()), (200, Some("memory")));
@@ -210,11 +190,9 @@ async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns
     }
     assert_eq!(messages_containing(&service.log, "postgres unreachable"), 1);
     assert_eq!(messages_containing(&service.log, "postgres is back"), 1);
-    let warn = log_lines(&service.log).into_iter().find(|l| {
-        l["fields"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("unreachable"))
-    });
+    let warn = log_lines(&service.log)
+        .into_iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("unreachable")));
     assert_eq!(warn.expect("warn line")["level"], "WARN");
     service.terminate();
     drop(cluster);
@@ -224,15 +202,10 @@ async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns
 #[test]
 fn without_server_binaries_it_exits_naming_the_package_and_the_alternative() {
     let dir = temp_dir("no-binaries");
-    let (ok, stderr) = run_to_exit(&[
-        ("PGLIMIT_DATA_DIR", dir.to_str().unwrap()),
-        ("PGLIMIT_PG_BIN", "/nonexistent"),
-    ]);
+    let (ok, stderr) =
+        run_to_exit(&[("PGLIMIT_DATA_DIR", dir.to_str().unwrap()), ("PGLIMIT_PG_BIN", "/nonexistent")]);
     assert!(!ok);
-    assert!(
-        stderr.contains("apt-get install postgresql") && stderr.contains("DATABASE_URL"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("apt-get install postgresql") && stderr.contains("DATABASE_URL"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -251,8 +224,5 @@ fn without_tokens_it_refuses_to_listen_beyond_loopback() {
 fn a_database_url_without_a_shared_secret_is_a_start_up_error() {
     let (ok, stderr) = run_to_exit(&[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")]);
     assert!(!ok);
-    assert!(
-        stderr.contains("PGLIMIT_KEY_SECRET") && stderr.contains("same secret"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("PGLIMIT_KEY_SECRET") && stderr.contains("same secret"), "{stderr}");
 }

@@ -57,14 +57,9 @@ impl Decision {
             })
             .collect();
         let headline = if allowed {
-            buckets
-                .iter()
-                .min_by_key(|b| (b.remaining, std::cmp::Reverse(b.reset_at)))
+            buckets.iter().min_by_key(|b| (b.remaining, std::cmp::Reverse(b.reset_at)))
         } else {
-            buckets
-                .iter()
-                .filter(|b| !b.allowed)
-                .max_by_key(|b| b.reset_at)
+            buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.reset_at)
         };
         let (limit, remaining, reset_at) =
             headline.map_or((0, 0, checked.now), |b| (b.limit, b.remaining, b.reset_at));

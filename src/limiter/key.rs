@@ -33,11 +33,7 @@ impl std::fmt::Debug for KeySecret {
 /// What a bucket key identifies.
 pub enum KeyScope<'a> {
     /// A bucket of a named policy, over the normalised identifier values.
-    Policy {
-        policy: &'a str,
-        bucket: &'a str,
-        values: &'a [&'a str],
-    },
+    Policy { policy: &'a str, bucket: &'a str, values: &'a [&'a str] },
     /// An ad hoc key chosen by the caller.
     AdHoc { key: &'a str },
 }
@@ -53,11 +49,7 @@ pub fn bucket_key(secret: &KeySecret, scope: &KeyScope<'_>) -> Key {
         mac.update(bytes);
     };
     match scope {
-        KeyScope::Policy {
-            policy,
-            bucket,
-            values,
-        } => {
+        KeyScope::Policy { policy, bucket, values } => {
             part(b"policy");
             part(policy.as_bytes());
             part(bucket.as_bytes());
@@ -81,36 +73,15 @@ mod tests {
 
     #[test]
     fn shifting_bytes_between_parts_changes_the_key() {
-        let a = bucket_key(
-            &secret(),
-            &KeyScope::Policy {
-                policy: "p",
-                bucket: "b",
-                values: &["a", "bc"],
-            },
-        );
-        let b = bucket_key(
-            &secret(),
-            &KeyScope::Policy {
-                policy: "p",
-                bucket: "b",
-                values: &["ab", "c"],
-            },
-        );
+        let a = bucket_key(&secret(), &KeyScope::Policy { policy: "p", bucket: "b", values: &["a", "bc"] });
+        let b = bucket_key(&secret(), &KeyScope::Policy { policy: "p", bucket: "b", values: &["ab", "c"] });
         assert_ne!(a, b);
     }
 
     #[test]
     fn ad_hoc_keys_never_collide_with_policy_buckets() {
         let adhoc = bucket_key(&secret(), &KeyScope::AdHoc { key: "login" });
-        let policy = bucket_key(
-            &secret(),
-            &KeyScope::Policy {
-                policy: "login",
-                bucket: "",
-                values: &[],
-            },
-        );
+        let policy = bucket_key(&secret(), &KeyScope::Policy { policy: "login", bucket: "", values: &[] });
         assert_ne!(adhoc, policy);
     }
 

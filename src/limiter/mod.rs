@@ -24,17 +24,8 @@ pub const MAX_KEY_LEN: usize = 256;
 /// A validated check request, in one of its two forms.
 #[derive(Debug, Clone)]
 pub enum CheckRequest {
-    Policy {
-        policy: String,
-        identifiers: BTreeMap<String, String>,
-        cost: u64,
-    },
-    AdHoc {
-        key: String,
-        limit: u64,
-        window: Duration,
-        cost: u64,
-    },
+    Policy { policy: String, identifiers: BTreeMap<String, String>, cost: u64 },
+    AdHoc { key: String, limit: u64, window: Duration, cost: u64 },
 }
 
 pub struct Limiter<S> {
@@ -45,11 +36,7 @@ pub struct Limiter<S> {
 
 impl<S: Store> Limiter<S> {
     pub fn new(store: S, policies: Policies, secret: KeySecret) -> Self {
-        Self {
-            store,
-            policies,
-            secret,
-        }
+        Self { store, policies, secret }
     }
 
     pub fn store(&self) -> &S {
@@ -72,34 +59,18 @@ impl<S: Store> Limiter<S> {
     /// The buckets `request` must check, with their keys.
     pub fn plan(&self, request: &CheckRequest) -> Result<CheckBatch, Error> {
         match request {
-            CheckRequest::Policy {
-                policy,
-                identifiers,
-                cost,
-            } => {
-                let policy = self
-                    .policies
-                    .get(policy)
-                    .ok_or_else(|| Error::UnknownPolicy(policy.clone()))?;
+            CheckRequest::Policy { policy, identifiers, cost } => {
+                let policy = self.policies.get(policy).ok_or_else(|| Error::UnknownPolicy(policy.clone()))?;
                 self.plan_policy(policy, identifiers, *cost)
             }
-            CheckRequest::AdHoc {
-                key,
-                limit,
-                window,
-                cost,
-            } => {
+            CheckRequest::AdHoc { key, limit, window, cost } => {
                 let spec = BucketSpec {
                     name: Arc::from("default"),
                     key: bucket_key(&self.secret, &KeyScope::AdHoc { key }),
                     limit: *limit,
                     window: *window,
                 };
-                Ok(CheckBatch {
-                    buckets: vec![spec],
-                    cost: *cost,
-                    on_store_error: OnStoreError::Memory,
-                })
+                Ok(CheckBatch { buckets: vec![spec], cost: *cost, on_store_error: OnStoreError::Memory })
             }
         }
     }
@@ -122,12 +93,10 @@ impl<S: Store> Limiter<S> {
         let mut values = BTreeMap::new();
         for (field, kind) in &policy.identifiers {
             let at = format!("identifiers.{field}");
-            let raw = raw.get(field).ok_or_else(|| {
-                Error::field(&at, format!("{at} is required by policy {:?}", policy.name))
-            })?;
-            let value = kind
-                .normalise(raw)
-                .map_err(|why| Error::field(&at, format!("{at} {why}")))?;
+            let raw = raw
+                .get(field)
+                .ok_or_else(|| Error::field(&at, format!("{at} is required by policy {:?}", policy.name)))?;
+            let value = kind.normalise(raw).map_err(|why| Error::field(&at, format!("{at} {why}")))?;
             values.insert(field.as_str(), value);
         }
         if let Some(b) = policy.buckets.iter().find(|b| cost > b.limit) {
@@ -141,14 +110,8 @@ impl<S: Store> Limiter<S> {
         }
         let buckets = policy.buckets.iter().map(|b| {
             let parts: Vec<&str> =
-                b.on.iter()
-                    .map(|f| values.get(f.as_str()).map_or("", String::as_str))
-                    .collect();
-            let scope = KeyScope::Policy {
-                policy: &policy.name,
-                bucket: &b.name,
-                values: &parts,
-            };
+                b.on.iter().map(|f| values.get(f.as_str()).map_or("", String::as_str)).collect();
+            let scope = KeyScope::Policy { policy: &policy.name, bucket: &b.name, values: &parts };
             BucketSpec {
                 name: b.name.clone(),
                 key: bucket_key(&self.secret, &scope),
@@ -156,10 +119,6 @@ impl<S: Store> Limiter<S> {
                 window: b.window,
             }
         });
-        Ok(CheckBatch {
-            buckets: buckets.collect(),
-            cost,
-            on_store_error: policy.on_store_error,
-        })
+        Ok(CheckBatch { buckets: buckets.collect(), cost, on_store_error: policy.on_store_error })
     }
 }

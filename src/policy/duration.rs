@@ -10,9 +10,7 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Parses `<digits><unit>` with unit one of ms, s, m, h, d, within
 /// [`MIN_WINDOW`]..=[`MAX_WINDOW`]. The error says what was wrong.
 pub fn parse_window(text: &str) -> Result<Duration, String> {
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
     let unit_ms: u64 = match unit {
         "ms" => 1,
@@ -20,16 +18,18 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err(format!("{text:?} is not a duration: write a whole number and a unit (ms, s, m, h, d), e.g. \"60s\"")),
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration: write a whole number and a unit (ms, s, m, h, d), e.g. \"60s\""
+            ))
+        }
     };
     let number: u64 = number.parse().map_err(|_| {
         format!("{text:?} is not a duration: it needs a whole number before the unit, e.g. \"60s\"")
     })?;
     let window = Duration::from_millis(number.saturating_mul(unit_ms));
     if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-        return Err(format!(
-            "{text:?} is out of range: a window must be between 100ms and 366d"
-        ));
+        return Err(format!("{text:?} is out of range: a window must be between 100ms and 366d"));
     }
     Ok(window)
 }
@@ -37,16 +37,11 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
 /// The shortest way to write `window` in the same syntax.
 pub fn format_window(window: Duration) -> String {
     let ms = window.as_millis();
-    [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "m"),
-        (1_000, "s"),
-    ]
-    .iter()
-    .find(|(unit, _)| ms.is_multiple_of(*unit))
-    .map(|(unit, name)| format!("{}{name}", ms / unit))
-    .unwrap_or_else(|| format!("{ms}ms"))
+    [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")]
+        .iter()
+        .find(|(unit, _)| ms.is_multiple_of(*unit))
+        .map(|(unit, name)| format!("{}{name}", ms / unit))
+        .unwrap_or_else(|| format!("{ms}ms"))
 }
 
 #[cfg(test)]
@@ -64,18 +59,7 @@ mod tests {
 
     #[test]
     fn malformed_or_out_of_range_windows_are_refused() {
-        for bad in [
-            "",
-            "1",
-            "s",
-            "1.5s",
-            "-1s",
-            "1 s",
-            "1w",
-            "99ms",
-            "367d",
-            "99999999999999999999d",
-        ] {
+        for bad in ["", "1", "s", "1.5s", "-1s", "1 s", "1w", "99ms", "367d", "99999999999999999999d"] {
             assert!(parse_window(bad).is_err(), "{bad:?} should be refused");
         }
     }

@@ -61,22 +61,17 @@ impl Policies {
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| PolicyError(format!("cannot read policy file {}: {e}", path.display())))?;
-        Self::parse(&text)
-            .map_err(|e| PolicyError(format!("policy file {}: {}", path.display(), e.0)))
+        Self::parse(&text).map_err(|e| PolicyError(format!("policy file {}: {}", path.display(), e.0)))
     }
 
     pub fn parse(text: &str) -> Result<Self, PolicyError> {
         let file: File = toml::from_str(text).map_err(|e| PolicyError(e.to_string()))?;
         if file.policies.is_empty() {
-            return Err(PolicyError(
-                "no policies defined: add at least one [policies.<name>] table".into(),
-            ));
+            return Err(PolicyError("no policies defined: add at least one [policies.<name>] table".into()));
         }
         let mut policies = HashMap::new();
         for (name, raw) in file.policies {
-            let policy = raw
-                .validate(&name)
-                .map_err(|e| PolicyError(format!("policies.{name}: {e}")))?;
+            let policy = raw.validate(&name).map_err(|e| PolicyError(format!("policies.{name}: {e}")))?;
             policies.insert(name, Arc::new(policy));
         }
         Ok(Self(policies))
@@ -120,9 +115,7 @@ struct RawBucket {
 /// this alphabet means they never need escaping.
 pub fn is_valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl RawPolicy {
@@ -136,14 +129,9 @@ impl RawPolicy {
         let mut seen = HashSet::new();
         let mut buckets = Vec::with_capacity(self.buckets.len());
         for (i, raw) in self.buckets.into_iter().enumerate() {
-            let bucket = raw
-                .validate(&self.identifiers)
-                .map_err(|e| format!("buckets[{i}]: {e}"))?;
+            let bucket = raw.validate(&self.identifiers).map_err(|e| format!("buckets[{i}]: {e}"))?;
             if !seen.insert(bucket.name.clone()) {
-                return Err(format!(
-                    "buckets[{i}]: the bucket name {:?} is used twice",
-                    bucket.name
-                ));
+                return Err(format!("buckets[{i}]: the bucket name {:?} is used twice", bucket.name));
             }
             buckets.push(bucket);
         }
@@ -165,20 +153,13 @@ impl RawBucket {
             return Err("on: list at least one identifier".into());
         }
         if let Some(unknown) = self.on.iter().find(|f| !identifiers.contains_key(*f)) {
-            return Err(format!(
-                "on: {unknown:?} is not one of this policy's identifiers"
-            ));
+            return Err(format!("on: {unknown:?} is not one of this policy's identifiers"));
         }
         if !(1..=MAX_LIMIT).contains(&self.limit) {
             return Err(format!("limit: must be between 1 and {MAX_LIMIT}"));
         }
         let window = parse_window(&self.window).map_err(|e| format!("window: {e}"))?;
-        Ok(BucketDef {
-            name: self.name.into(),
-            on: self.on,
-            limit: self.limit,
-            window,
-        })
+        Ok(BucketDef { name: self.name.into(), on: self.on, limit: self.limit, window })
     }
 }
 
@@ -190,18 +171,9 @@ mod tests {
     fn builtin_policies_match_the_reference_design() {
         let policies = Policies::builtin();
         let login = policies.get("login").expect("login policy");
-        let shape: Vec<_> = login
-            .buckets
-            .iter()
-            .map(|b| (&*b.name, b.limit, b.window.as_secs()))
-            .collect();
-        assert_eq!(
-            shape,
-            [("email_ip", 5, 60), ("ip", 20, 60), ("email", 50, 900)]
-        );
-        let contact = policies
-            .get("contact_confirmation")
-            .expect("contact policy");
+        let shape: Vec<_> = login.buckets.iter().map(|b| (&*b.name, b.limit, b.window.as_secs())).collect();
+        assert_eq!(shape, [("email_ip", 5, 60), ("ip", 20, 60), ("email", 50, 900)]);
+        let contact = policies.get("contact_confirmation").expect("contact policy");
         assert_eq!(contact.buckets[0].limit, 3);
         assert_eq!(contact.buckets[0].window.as_secs(), 86_400);
         assert_eq!(contact.identifiers["recipient"], IdentifierKind::Email);
@@ -219,10 +191,7 @@ mod tests {
             window = "1m"
         "#;
         let err = Policies::parse(text).unwrap_err().to_string();
-        assert!(
-            err.contains("policies.p: buckets[0]: on: \"mail\""),
-            "{err}"
-        );
+        assert!(err.contains("policies.p: buckets[0]: on: \"mail\""), "{err}");
     }
 
     #[test]
@@ -234,9 +203,18 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_fallbacks_are_refused() {
-        let kind = "[policies.p]\nidentifiers = { e = \"phone\" }\nbuckets = []\n";
-        assert!(Policies::parse(kind).is_err());
-        let fallback = "[policies.p]\non_store_error = \"maybe\"\nidentifiers = { e = \"text\" }\nbuckets = []\n";
-        assert!(Policies::parse(fallback).is_err());
+        let policy = |fallback: &str, kind: &str| {
+            format!(
+                "[policies.p]\n{fallback}identifiers = {{ e = \"{kind}\" }}\n\
+                 [[policies.p.buckets]]\nname = \"b\"\non = [\"e\"]\nlimit = 1\nwindow = \"1m\"\n"
+            )
+        };
+        assert!(Policies::parse(&policy("", "text")).is_ok(), "the valid variant parses");
+        assert!(Policies::parse(&policy("on_store_error = \"deny\"\n", "text")).is_ok());
+        let kind = Policies::parse(&policy("", "phone")).unwrap_err().to_string();
+        assert!(kind.contains("phone"), "{kind}");
+        let fallback =
+            Policies::parse(&policy("on_store_error = \"maybe\"\n", "text")).unwrap_err().to_string();
+        assert!(fallback.contains("maybe"), "{fallback}");
     }
 }

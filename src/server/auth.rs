@@ -15,9 +15,7 @@ pub struct Auth {
 
 impl Auth {
     pub fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Self {
-        Self {
-            digests: tokens.into_iter().map(digest).collect(),
-        }
+        Self { digests: tokens.into_iter().map(digest).collect() }
     }
 
     /// True when no token is configured and every caller is let in.
@@ -31,21 +29,16 @@ impl Auth {
         }
         let presented = headers
             .get(header::AUTHORIZATION)
-            .ok_or(Error::Unauthorized(
-                "missing Authorization: Bearer <token> header",
-            ))?
+            .ok_or(Error::Unauthorized("missing Authorization: Bearer <token> header"))?
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(Error::Unauthorized(
-                "the Authorization header must be \"Bearer <token>\"",
-            ))?;
+            // The auth scheme is case-insensitive (RFC 9110, section 11.1).
+            .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
+            .map(|(_, token)| token)
+            .ok_or(Error::Unauthorized("the Authorization header must be \"Bearer <token>\""))?;
         let presented = digest(presented.trim());
         // Compare against every token, so timing does not reveal which one matched.
-        let matched = self
-            .digests
-            .iter()
-            .fold(0u8, |acc, d| acc | d.ct_eq(&presented).unwrap_u8());
+        let matched = self.digests.iter().fold(0u8, |acc, d| acc | d.ct_eq(&presented).unwrap_u8());
         if matched == 1 {
             Ok(())
         } else {

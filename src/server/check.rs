@@ -23,9 +23,7 @@ pub async fn check(
 ) -> Result<Response, Error> {
     state.auth.verify(&headers)?;
     let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => Error::BodyTooLarge {
-            limit: MAX_BODY_BYTES,
-        },
+        StatusCode::PAYLOAD_TOO_LARGE => Error::BodyTooLarge { limit: MAX_BODY_BYTES },
         _ => Error::MalformedJson(rejection.body_text()),
     })?;
     let request = parse(&body)?;
@@ -34,11 +32,7 @@ pub async fn check(
 }
 
 fn respond(decision: Decision) -> Response {
-    let status = if decision.allowed {
-        StatusCode::OK
-    } else {
-        StatusCode::TOO_MANY_REQUESTS
-    };
+    let status = if decision.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     (status, rate_limit_headers(&decision), Json(decision)).into_response()
 }
 
@@ -60,10 +54,7 @@ pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
     let raw = deserialize(body)?;
     let cost = raw.cost.unwrap_or(1);
     if cost > MAX_LIMIT {
-        return Err(Error::field(
-            "cost",
-            format!("cost must be between 0 and {MAX_LIMIT}"),
-        ));
+        return Err(Error::field("cost", format!("cost must be between 0 and {MAX_LIMIT}")));
     }
     match (raw.policy, raw.key) {
         (Some(_), Some(_)) => Err(Error::field("key", "give either \"policy\" (with \"identifiers\") or \"key\" (with \"limit\" and \"window\"), not both")),
@@ -95,10 +86,7 @@ pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
 
 fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {
     if present {
-        return Err(Error::field(
-            field,
-            format!("{field} does not go with \"{form}\""),
-        ));
+        return Err(Error::field(field, format!("{field} does not go with \"{form}\"")));
     }
     Ok(())
 }
@@ -111,11 +99,7 @@ fn deserialize(body: &[u8]) -> Result<CheckBody, Error> {
         if !inner.is_data() {
             return Error::MalformedJson(inner.to_string());
         }
-        let field = if path == "." {
-            "body".to_string()
-        } else {
-            path
-        };
+        let field = if path == "." { "body".to_string() } else { path };
         Error::field(field.clone(), format!("{field}: {inner}"))
     })?;
     de.end().map_err(|e| Error::MalformedJson(e.to_string()))?;

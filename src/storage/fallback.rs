@@ -1,20 +1,33 @@
 //! Serve from the primary store; while it is unreachable, from memory.
 //!
-//! The first failure trips the instance into fallback (one `warn` line) and
-//! starts one background probe; until the probe succeeds, checks go straight
-//! to the fallback instead of each waiting out a timeout. Recovery is logged
-//! once (`info`). What a check gets during the outage is its policy's
-//! [`OnStoreError`] choice.
+//! "Unreachable" means a connection-level failure, or no progress: no
+//! primary call has completed for `timeout`. The first such failure trips
+//! the instance into fallback (one `warn` line) and starts one background
+//! probe; until the probe succeeds, checks go straight to the fallback
+//! instead of each waiting out a timeout. Recovery is logged once (`info`).
+//!
+//! A check that waits longer than `timeout` while other calls *are*
+//! completing is queued behind this instance's own load, not facing a dead
+//! server, so it keeps waiting (answering it from memory would admit past
+//! the shared limit), up to [`OVERLOAD_FACTOR`] × `timeout`. A check that
+//! fails alone (a lock timeout, say) is answered by the fallback without
+//! tripping the instance. What a check gets from the fallback is its
+//! policy's [`OnStoreError`] choice.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::{
-    window_end, BucketState, CheckBatch, Checked, OnStoreError, Store, StoreError, StoreKind,
-};
+use super::{window_end, BucketState, CheckBatch, Checked, OnStoreError, Store, StoreError, StoreKind};
+
+/// How many `timeout`s a check may wait while the primary is making progress.
+pub const OVERLOAD_FACTOR: u32 = 20;
+/// Smallest budget for a recovery probe, which must open a connection.
+const MIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// At most one "refused one check" warning per this period.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 pub struct FallbackStore<P, M> {
     inner: Arc<Inner<P, M>>,
@@ -26,18 +39,21 @@ struct Inner<P, M> {
     timeout: Duration,
     probe_every: Duration,
     degraded: AtomicBool,
+    epoch: Instant,
+    /// Milliseconds since `epoch` when a primary call last completed.
+    last_progress_ms: AtomicU64,
+    next_warn_ms: AtomicU64,
 }
 
 impl<P, M> Clone for FallbackStore<P, M> {
     fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
+        Self { inner: Arc::clone(&self.inner) }
     }
 }
 
 impl<P: Store, M: Store> FallbackStore<P, M> {
-    /// `timeout` bounds each primary call; `probe_every` paces recovery probes.
+    /// `timeout` is how long the primary may go without answering anything
+    /// before the instance falls back; `probe_every` paces recovery probes.
     pub fn new(primary: P, memory: M, timeout: Duration, probe_every: Duration) -> Self {
         let inner = Inner {
             primary,
@@ -45,10 +61,11 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
             timeout,
             probe_every,
             degraded: AtomicBool::new(false),
+            epoch: Instant::now(),
+            last_progress_ms: AtomicU64::new(0),
+            next_warn_ms: AtomicU64::new(0),
         };
-        Self {
-            inner: Arc::new(inner),
-        }
+        Self { inner: Arc::new(inner) }
     }
 
     /// True while checks are answered without the primary store.
@@ -60,13 +77,35 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
         &self.inner.primary
     }
 
+    fn now_ms(&self) -> u64 {
+        self.inner.epoch.elapsed().as_millis() as u64
+    }
+
     async fn try_primary(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
-        match tokio::time::timeout(self.inner.timeout, self.inner.primary.check(batch)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Unreachable(format!(
-                "no answer within {:?}",
-                self.inner.timeout
-            ))),
+        let call = self.inner.primary.check(batch);
+        tokio::pin!(call);
+        let give_up = Instant::now() + self.inner.timeout * OVERLOAD_FACTOR;
+        loop {
+            let waiting_since = self.now_ms();
+            let Ok(result) = tokio::time::timeout(self.inner.timeout, &mut call).await else {
+                let progressing = self.inner.last_progress_ms.load(Ordering::Acquire) >= waiting_since;
+                if !progressing {
+                    return Err(StoreError::Unreachable(format!(
+                        "no answer from postgres for {:?}",
+                        self.inner.timeout
+                    )));
+                }
+                if Instant::now() >= give_up {
+                    return Err(StoreError::Failed(
+                        "overloaded: this instance's queue to postgres is too long".into(),
+                    ));
+                }
+                continue;
+            };
+            if result.is_ok() {
+                self.inner.last_progress_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
+            }
+            return result;
         }
     }
 
@@ -80,14 +119,31 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
     }
 
     async fn probe_until_back(self) {
+        let budget = self.inner.timeout.max(MIN_PROBE_TIMEOUT);
         loop {
             tokio::time::sleep(self.inner.probe_every).await;
-            let probe = tokio::time::timeout(self.inner.timeout, self.inner.primary.probe()).await;
-            if let Ok(Ok(())) = probe {
+            if let Ok(Ok(())) = tokio::time::timeout(budget, self.inner.primary.probe()).await {
+                self.inner.last_progress_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
                 self.inner.degraded.store(false, Ordering::Release);
                 tracing::info!("postgres is back: serving from postgres again");
                 return;
             }
+        }
+    }
+
+    /// Warns about a check the primary refused, at most once per [`WARN_EVERY`].
+    fn warn_refused(&self, error: &StoreError) {
+        let now = self.now_ms();
+        let next = self.inner.next_warn_ms.load(Ordering::Acquire);
+        let period = WARN_EVERY.as_millis() as u64;
+        if now >= next
+            && self
+                .inner
+                .next_warn_ms
+                .compare_exchange(next, now + period, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(%error, "postgres refused a check: answered by the fallback (at most one such line per 10 s)");
         }
     }
 
@@ -108,9 +164,7 @@ impl<P: Store, M: Store> Store for FallbackStore<P, M> {
             match self.try_primary(batch).await {
                 Ok(checked) => return Ok(checked),
                 Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
-                Err(error) => {
-                    tracing::warn!(%error, "postgres refused one check: answering it from the fallback")
-                }
+                Err(error) => self.warn_refused(&error),
             }
         }
         self.fall_back(batch).await
@@ -127,16 +181,7 @@ fn admit_uncounted(batch: &CheckBatch) -> Checked {
     let buckets = batch
         .buckets
         .iter()
-        .map(|b| BucketState {
-            allowed: true,
-            count: 0,
-            reset_at: window_end(now, b.window),
-        })
+        .map(|b| BucketState { allowed: true, count: 0, reset_at: window_end(now, b.window) })
         .collect();
-    Checked {
-        buckets,
-        now,
-        store: StoreKind::None,
-        degraded: true,
-    }
+    Checked { buckets, now, store: StoreKind::None, degraded: true }
 }

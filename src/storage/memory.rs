@@ -51,10 +51,7 @@ impl MemoryStore {
         let mut shard_ids: Vec<usize> = batch.buckets.iter().map(|b| shard_of(&b.key)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        let mut guards: Vec<_> = shard_ids
-            .iter()
-            .map(|&i| (i, lock(&self.shards[i])))
-            .collect();
+        let mut guards: Vec<_> = shard_ids.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
 
         let current: Vec<Window> = batch
             .buckets
@@ -64,12 +61,8 @@ impl MemoryStore {
                 effective(map.get(&b.key).copied(), now, b.window)
             })
             .collect();
-        let admit = batch.cost > 0
-            && batch
-                .buckets
-                .iter()
-                .zip(&current)
-                .all(|(b, w)| fits(w, batch.cost, b.limit));
+        let admit =
+            batch.cost > 0 && batch.buckets.iter().zip(&current).all(|(b, w)| fits(w, batch.cost, b.limit));
 
         let states = batch.buckets.iter().zip(&current).map(|(b, w)| {
             let mut w = *w;
@@ -86,12 +79,7 @@ impl MemoryStore {
         });
         let buckets = states.collect();
         drop(guards);
-        Checked {
-            buckets,
-            now,
-            store: StoreKind::Memory,
-            degraded: false,
-        }
+        Checked { buckets, now, store: StoreKind::Memory, degraded: false }
     }
 }
 
@@ -110,10 +98,7 @@ impl Store for MemoryStore {
 fn effective(stored: Option<Window>, now: DateTime<Utc>, window: std::time::Duration) -> Window {
     match stored {
         Some(w) if w.reset_at > now => w,
-        _ => Window {
-            count: 0,
-            reset_at: window_end(now, window),
-        },
+        _ => Window { count: 0, reset_at: window_end(now, window) },
     }
 }
 
@@ -121,13 +106,7 @@ fn fits(w: &Window, cost: u64, limit: u64) -> bool {
     w.count.saturating_add(cost) <= limit
 }
 
-fn insert_bounded(
-    map: &mut HashMap<Key, Window>,
-    key: Key,
-    w: Window,
-    now: DateTime<Utc>,
-    cap: usize,
-) {
+fn insert_bounded(map: &mut HashMap<Key, Window>, key: Key, w: Window, now: DateTime<Utc>, cap: usize) {
     if map.len() >= cap && !map.contains_key(&key) {
         map.retain(|_, w| w.reset_at > now);
         if map.len() >= cap {

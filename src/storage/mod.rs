@@ -124,8 +124,7 @@ pub(crate) fn window_end(now: DateTime<Utc>, window: Duration) -> DateTime<Utc> 
 /// A place that keeps counters and decides checks against them.
 pub trait Store: Send + Sync + 'static {
     /// Decides every bucket of `batch` at once, all or nothing.
-    fn check(&self, batch: &CheckBatch)
-        -> impl Future<Output = Result<Checked, StoreError>> + Send;
+    fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Checked, StoreError>> + Send;
 
     /// Succeeds once the store can answer checks again.
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -35,30 +35,19 @@ fn admin_url() -> String {
 
 /// A URL for a new, empty database on the shared server.
 pub async fn fresh_database() -> String {
-    let admin = tokio::task::spawn_blocking(admin_url)
-        .await
-        .expect("cluster start-up");
+    let admin = tokio::task::spawn_blocking(admin_url).await.expect("cluster start-up");
     let name = format!("t_{:016x}", rand::random::<u64>());
-    let pool = sqlx::PgPool::connect(&admin)
-        .await
-        .expect("connect to the test server");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&pool)
-        .await
-        .expect("create a test database");
+    let pool = sqlx::PgPool::connect(&admin).await.expect("connect to the test server");
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create a test database");
     pool.close().await;
     with_database(&admin, &name)
 }
 
 /// `url` with its database replaced by `name`.
 pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
     let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_end..]
-        .find('/')
-        .map_or(base.len(), |i| authority_end + i);
+    let path_start = base[authority_end..].find('/').map_or(base.len(), |i| authority_end + i);
     let mut out = format!("{}/{name}", &base[..path_start]);
     if let Some(q) = query {
         out.push('?');
@@ -93,37 +82,19 @@ pub struct Reply {
 
 impl Reply {
     pub fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
     }
 }
 
 /// Sends `request` through the router, without a socket.
 pub async fn send(state: &AppState, request: Request<Body>) -> Reply {
-    let response = pglimit::router(state.clone())
-        .oneshot(request)
-        .await
-        .expect("router answers");
+    let response = pglimit::router(state.clone()).oneshot(request).await.expect("router answers");
     let status = response.status();
     let headers = response.headers().clone();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).expect("JSON body")
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    let body =
+        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") };
+    Reply { status, headers, body }
 }
 
 /// `POST /check` with a raw body.
