@@ -15,6 +15,7 @@
 //!
 //! - [`config`]: environment variables, parsed once into [`config::Config`].
 //! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
+//! - [`algorithm`]: fixed window, sliding window, sliding log, token bucket, as pure functions.
 //! - [`limiter`]: request → buckets (keys are HMACs, see [`limiter::bucket_key`]) → [`limiter::Decision`].
 //! - [`storage`]: the [`storage::Store`] trait; Postgres, memory and fallback stores.
 //! - [`server`]: the router, [`server::AppState`], headers, auth, `serve`.
@@ -22,6 +23,7 @@
 //! - [`app`]: assembling a [`app::Service`] from a config.
 //! - [`pg_cluster`]: a private PostgreSQL for zero-config runs and tests.
 
+pub mod algorithm;
 pub mod app;
 pub mod config;
 pub mod error;

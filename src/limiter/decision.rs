@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
+use crate::algorithm::Algorithm;
 use crate::storage::{BucketSpec, Checked, StoreKind};
 
 /// The outcome of a check. A denial is a normal outcome, not an error.
@@ -28,20 +29,24 @@ pub struct Decision {
 #[derive(Debug, Clone, Serialize)]
 pub struct BucketDecision {
     pub name: std::sync::Arc<str>,
+    pub algorithm: Algorithm,
     pub allowed: bool,
     pub limit: u64,
     pub remaining: u64,
+    /// When the bucket is back to its full limit.
     #[serde(serialize_with = "rfc3339_ms")]
     pub reset_at: DateTime<Utc>,
+    /// When denied: the earliest time a check of the same cost could pass.
+    #[serde(skip)]
+    pub retry_at: Option<DateTime<Utc>>,
     #[serde(skip)]
     pub window: Duration,
 }
 
 impl Decision {
     /// Combines the store's answer with the buckets it was asked about. The
-    /// top-level figures are those of the denying bucket that resets last
-    /// (the caller must wait for it anyway), or else of the bucket with the
-    /// least remaining.
+    /// top-level figures are those of the denying bucket the caller must wait
+    /// for longest, or else of the bucket with the least remaining.
     pub fn new(specs: &[BucketSpec], checked: Checked) -> Self {
         let allowed = checked.allowed();
         let buckets: Vec<BucketDecision> = specs
@@ -49,32 +54,27 @@ impl Decision {
             .zip(&checked.buckets)
             .map(|(spec, state)| BucketDecision {
                 name: spec.name.clone(),
+                algorithm: spec.algorithm,
                 allowed: state.allowed,
                 limit: spec.limit,
-                remaining: spec.limit.saturating_sub(state.count),
+                remaining: state.remaining,
                 reset_at: state.reset_at,
+                retry_at: state.retry_at,
                 window: spec.window,
             })
             .collect();
         let headline = if allowed {
             buckets.iter().min_by_key(|b| (b.remaining, std::cmp::Reverse(b.reset_at)))
         } else {
-            buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.reset_at)
+            buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))
         };
+        let now = checked.now;
         let (limit, remaining, reset_at) =
-            headline.map_or((0, 0, checked.now), |b| (b.limit, b.remaining, b.reset_at));
-        let retry_after_s = (!allowed).then(|| seconds_until(checked.now, reset_at).max(1));
-        Self {
-            allowed,
-            limit,
-            remaining,
-            reset_at,
-            retry_after_s,
-            store: checked.store,
-            degraded: checked.degraded,
-            buckets,
-            now: checked.now,
-        }
+            headline.map_or((0, 0, now), |b| (b.limit, b.remaining, b.reset_at));
+        let retry_at = headline.and_then(|b| b.retry_at).unwrap_or(reset_at);
+        let retry_after_s = (!allowed).then(|| seconds_until(now, retry_at).max(1));
+        let (store, degraded) = (checked.store, checked.degraded);
+        Self { allowed, limit, remaining, reset_at, retry_after_s, store, degraded, buckets, now }
     }
 }
 

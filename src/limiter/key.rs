@@ -3,6 +3,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::algorithm::Algorithm;
 use crate::storage::Key;
 
 /// Shortest accepted `PGLIMIT_KEY_SECRET`, in bytes.
@@ -33,11 +34,14 @@ impl std::fmt::Debug for KeySecret {
 /// What a bucket key identifies.
 pub enum KeyScope<'a> {
     /// A bucket of a named policy, over the normalised identifier values.
-    Policy { policy: &'a str, bucket: &'a str, values: &'a [&'a str] },
+    Policy { policy: &'a str, bucket: &'a str, algorithm: Algorithm, values: &'a [&'a str] },
     /// An ad hoc key chosen by the caller.
-    AdHoc { key: &'a str },
+    AdHoc { key: &'a str, algorithm: Algorithm },
 }
 
+/// The algorithm is part of the key because each reads the stored state its
+/// own way: switching a bucket's algorithm starts it afresh.
+///
 /// HMAC-SHA256 over the scope, each part length-prefixed so that no two
 /// different scopes can encode to the same bytes ("a" + "bc" vs "ab" + "c").
 /// A database leak reveals counts and reset times, but no identifier, and
@@ -49,15 +53,17 @@ pub fn bucket_key(secret: &KeySecret, scope: &KeyScope<'_>) -> Key {
         mac.update(bytes);
     };
     match scope {
-        KeyScope::Policy { policy, bucket, values } => {
+        KeyScope::Policy { policy, bucket, algorithm, values } => {
             part(b"policy");
             part(policy.as_bytes());
             part(bucket.as_bytes());
+            part(algorithm.name().as_bytes());
             values.iter().for_each(|v| part(v.as_bytes()));
         }
-        KeyScope::AdHoc { key } => {
+        KeyScope::AdHoc { key, algorithm } => {
             part(b"adhoc");
             part(key.as_bytes());
+            part(algorithm.name().as_bytes());
         }
     }
     mac.finalize().into_bytes().into()
@@ -73,23 +79,52 @@ mod tests {
 
     #[test]
     fn shifting_bytes_between_parts_changes_the_key() {
-        let a = bucket_key(&secret(), &KeyScope::Policy { policy: "p", bucket: "b", values: &["a", "bc"] });
-        let b = bucket_key(&secret(), &KeyScope::Policy { policy: "p", bucket: "b", values: &["ab", "c"] });
+        let a = bucket_key(
+            &secret(),
+            &KeyScope::Policy {
+                policy: "p",
+                bucket: "b",
+                algorithm: Algorithm::FixedWindow,
+                values: &["a", "bc"],
+            },
+        );
+        let b = bucket_key(
+            &secret(),
+            &KeyScope::Policy {
+                policy: "p",
+                bucket: "b",
+                algorithm: Algorithm::FixedWindow,
+                values: &["ab", "c"],
+            },
+        );
         assert_ne!(a, b);
     }
 
     #[test]
     fn ad_hoc_keys_never_collide_with_policy_buckets() {
-        let adhoc = bucket_key(&secret(), &KeyScope::AdHoc { key: "login" });
-        let policy = bucket_key(&secret(), &KeyScope::Policy { policy: "login", bucket: "", values: &[] });
+        let adhoc =
+            bucket_key(&secret(), &KeyScope::AdHoc { key: "login", algorithm: Algorithm::FixedWindow });
+        let policy = bucket_key(
+            &secret(),
+            &KeyScope::Policy { policy: "login", bucket: "", algorithm: Algorithm::FixedWindow, values: &[] },
+        );
         assert_ne!(adhoc, policy);
     }
 
     #[test]
     fn another_secret_gives_another_key() {
         let other = KeySecret::new([8u8; 32]).expect("long enough");
-        let scope = KeyScope::AdHoc { key: "k" };
+        let scope = KeyScope::AdHoc { key: "k", algorithm: Algorithm::FixedWindow };
         assert_ne!(bucket_key(&secret(), &scope), bucket_key(&other, &scope));
+    }
+
+    #[test]
+    fn each_algorithm_has_its_own_key() {
+        let keys: std::collections::HashSet<_> = Algorithm::ALL
+            .iter()
+            .map(|&algorithm| bucket_key(&secret(), &KeyScope::AdHoc { key: "k", algorithm }))
+            .collect();
+        assert_eq!(keys.len(), 4);
     }
 
     #[test]

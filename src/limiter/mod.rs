@@ -14,6 +14,7 @@ use std::time::Duration;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 
+use crate::algorithm::Algorithm;
 use crate::error::Error;
 use crate::policy::{Policies, Policy};
 use crate::storage::{BucketSpec, CheckBatch, OnStoreError, Store, StoreError};
@@ -25,7 +26,7 @@ pub const MAX_KEY_LEN: usize = 256;
 #[derive(Debug, Clone)]
 pub enum CheckRequest {
     Policy { policy: String, identifiers: BTreeMap<String, String>, cost: u64 },
-    AdHoc { key: String, limit: u64, window: Duration, cost: u64 },
+    AdHoc { key: String, limit: u64, window: Duration, algorithm: Algorithm, cost: u64 },
 }
 
 pub struct Limiter<S> {
@@ -63,12 +64,13 @@ impl<S: Store> Limiter<S> {
                 let policy = self.policies.get(policy).ok_or_else(|| Error::UnknownPolicy(policy.clone()))?;
                 self.plan_policy(policy, identifiers, *cost)
             }
-            CheckRequest::AdHoc { key, limit, window, cost } => {
+            CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
                 let spec = BucketSpec {
                     name: Arc::from("default"),
-                    key: bucket_key(&self.secret, &KeyScope::AdHoc { key }),
+                    key: bucket_key(&self.secret, &KeyScope::AdHoc { key, algorithm: *algorithm }),
                     limit: *limit,
                     window: *window,
+                    algorithm: *algorithm,
                 };
                 Ok(CheckBatch { buckets: vec![spec], cost: *cost, on_store_error: OnStoreError::Memory })
             }
@@ -111,12 +113,18 @@ impl<S: Store> Limiter<S> {
         let buckets = policy.buckets.iter().map(|b| {
             let parts: Vec<&str> =
                 b.on.iter().map(|f| values.get(f.as_str()).map_or("", String::as_str)).collect();
-            let scope = KeyScope::Policy { policy: &policy.name, bucket: &b.name, values: &parts };
+            let scope = KeyScope::Policy {
+                policy: &policy.name,
+                bucket: &b.name,
+                algorithm: b.algorithm,
+                values: &parts,
+            };
             BucketSpec {
                 name: b.name.clone(),
                 key: bucket_key(&self.secret, &scope),
                 limit: b.limit,
                 window: b.window,
+                algorithm: b.algorithm,
             }
         });
         Ok(CheckBatch { buckets: buckets.collect(), cost, on_store_error: policy.on_store_error })

@@ -19,6 +19,7 @@ use serde::Deserialize;
 pub use duration::{format_window, parse_window, MAX_WINDOW, MIN_WINDOW};
 pub use identifier::{IdentifierKind, MAX_VALUE_LEN};
 
+use crate::algorithm::Algorithm;
 use crate::storage::OnStoreError;
 
 /// Largest limit a bucket may have.
@@ -41,6 +42,7 @@ pub struct BucketDef {
     pub on: Vec<String>,
     pub limit: u64,
     pub window: Duration,
+    pub algorithm: Algorithm,
 }
 
 /// All configured policies, by name.
@@ -109,6 +111,23 @@ struct RawBucket {
     on: Vec<String>,
     limit: u64,
     window: String,
+    #[serde(default)]
+    algorithm: Algorithm,
+}
+
+/// The limits an algorithm accepts; the error is a sentence for the caller.
+pub fn check_limit(algorithm: Algorithm, limit: u64) -> Result<(), String> {
+    let max = algorithm.max_limit();
+    if (1..=max).contains(&limit) {
+        return Ok(());
+    }
+    if algorithm == Algorithm::SlidingLog && limit > max {
+        return Err(format!(
+            "sliding_log stores one timestamp per admitted request, so its limit is at most {max}; \
+             use sliding_window for larger limits"
+        ));
+    }
+    Err(format!("must be between 1 and {max}"))
 }
 
 /// Names end up in response bodies and RateLimit headers; keeping them to
@@ -155,11 +174,10 @@ impl RawBucket {
         if let Some(unknown) = self.on.iter().find(|f| !identifiers.contains_key(*f)) {
             return Err(format!("on: {unknown:?} is not one of this policy's identifiers"));
         }
-        if !(1..=MAX_LIMIT).contains(&self.limit) {
-            return Err(format!("limit: must be between 1 and {MAX_LIMIT}"));
-        }
+        check_limit(self.algorithm, self.limit).map_err(|e| format!("limit: {e}"))?;
         let window = parse_window(&self.window).map_err(|e| format!("window: {e}"))?;
-        Ok(BucketDef { name: self.name.into(), on: self.on, limit: self.limit, window })
+        let algorithm = self.algorithm;
+        Ok(BucketDef { name: self.name.into(), on: self.on, limit: self.limit, window, algorithm })
     }
 }
 

@@ -12,9 +12,10 @@ use serde::Deserialize;
 
 use super::headers::rate_limit_headers;
 use super::{AppState, MAX_BODY_BYTES};
+use crate::algorithm::Algorithm;
 use crate::error::Error;
 use crate::limiter::{CheckRequest, Decision, MAX_KEY_LEN};
-use crate::policy::{parse_window, MAX_LIMIT};
+use crate::policy::{check_limit, parse_window, MAX_LIMIT};
 
 pub async fn check(
     State(state): State<AppState>,
@@ -46,6 +47,7 @@ struct CheckBody {
     key: Option<String>,
     limit: Option<u64>,
     window: Option<String>,
+    algorithm: Option<Algorithm>,
     cost: Option<u64>,
 }
 
@@ -56,32 +58,47 @@ pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
     if cost > MAX_LIMIT {
         return Err(Error::field("cost", format!("cost must be between 0 and {MAX_LIMIT}")));
     }
-    match (raw.policy, raw.key) {
-        (Some(_), Some(_)) => Err(Error::field("key", "give either \"policy\" (with \"identifiers\") or \"key\" (with \"limit\" and \"window\"), not both")),
-        (None, None) => Err(Error::field("policy", "give either \"policy\" (with \"identifiers\") or \"key\" (with \"limit\" and \"window\")")),
-        (Some(policy), None) => {
-            reject_present("limit", raw.limit.is_some(), "policy")?;
-            reject_present("window", raw.window.is_some(), "policy")?;
-            let identifiers = raw.identifiers.ok_or_else(|| Error::field("identifiers", "identifiers is required with \"policy\""))?;
-            Ok(CheckRequest::Policy { policy, identifiers, cost })
+    match (&raw.policy, &raw.key) {
+        (Some(_), Some(_)) => {
+            Err(Error::field("key", format!("give either {POLICY_FORM} or {KEY_FORM}, not both")))
         }
-        (None, Some(key)) => {
-            reject_present("identifiers", raw.identifiers.is_some(), "key")?;
-            if key.is_empty() || key.len() > MAX_KEY_LEN {
-                return Err(Error::field("key", format!("key must be 1 to {MAX_KEY_LEN} bytes")));
-            }
-            let limit = raw.limit.ok_or_else(|| Error::field("limit", "limit is required with \"key\""))?;
-            if !(1..=MAX_LIMIT).contains(&limit) {
-                return Err(Error::field("limit", format!("limit must be between 1 and {MAX_LIMIT}")));
-            }
-            let window = raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
-            let window = parse_window(&window).map_err(|e| Error::field("window", e))?;
-            if cost > limit {
-                return Err(Error::field("cost", format!("cost {cost} exceeds limit {limit}, so it could never be allowed")));
-            }
-            Ok(CheckRequest::AdHoc { key, limit, window, cost })
-        }
+        (None, None) => Err(Error::field("policy", format!("give either {POLICY_FORM} or {KEY_FORM}"))),
+        (Some(_), None) => policy_form(raw, cost),
+        (None, Some(_)) => key_form(raw, cost),
     }
+}
+
+const POLICY_FORM: &str = "\"policy\" (with \"identifiers\")";
+const KEY_FORM: &str = "\"key\" (with \"limit\" and \"window\")";
+
+fn policy_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
+    for (field, present) in [("limit", raw.limit.is_some()), ("window", raw.window.is_some())] {
+        reject_present(field, present, "policy")?;
+    }
+    reject_present("algorithm", raw.algorithm.is_some(), "policy")?;
+    let identifiers = raw
+        .identifiers
+        .ok_or_else(|| Error::field("identifiers", "identifiers is required with \"policy\""))?;
+    Ok(CheckRequest::Policy { policy: raw.policy.unwrap_or_default(), identifiers, cost })
+}
+
+fn key_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
+    reject_present("identifiers", raw.identifiers.is_some(), "key")?;
+    let key = raw.key.unwrap_or_default();
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::field("key", format!("key must be 1 to {MAX_KEY_LEN} bytes")));
+    }
+    let algorithm = raw.algorithm.unwrap_or_default();
+    let limit = raw.limit.ok_or_else(|| Error::field("limit", "limit is required with \"key\""))?;
+    check_limit(algorithm, limit).map_err(|e| Error::field("limit", format!("limit: {e}")))?;
+    let window =
+        raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
+    let window = parse_window(&window).map_err(|e| Error::field("window", e))?;
+    if cost > limit {
+        let detail = format!("cost {cost} exceeds limit {limit}, so it could never be allowed");
+        return Err(Error::field("cost", detail));
+    }
+    Ok(CheckRequest::AdHoc { key, limit, window, algorithm, cost })
 }
 
 fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {

@@ -181,7 +181,12 @@ fn admit_uncounted(batch: &CheckBatch) -> Checked {
     let buckets = batch
         .buckets
         .iter()
-        .map(|b| BucketState { allowed: true, count: 0, reset_at: window_end(now, b.window) })
+        .map(|b| BucketState {
+            allowed: true,
+            remaining: b.limit,
+            reset_at: window_end(now, b.window),
+            retry_at: None,
+        })
         .collect();
     Checked { buckets, now, store: StoreKind::None, degraded: true }
 }

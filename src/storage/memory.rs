@@ -1,30 +1,25 @@
 //! Counters in this process's memory: the fallback while PostgreSQL is away.
 //!
-//! Same semantics as the Postgres store, but per instance: N instances in
-//! fallback admit up to N × limit. The map is bounded: when a shard is full,
-//! expired windows are dropped first, then the windows closest to their reset
-//! (they have the least left to protect), so a flood of unique keys costs a
-//! bounded amount of memory and cannot push out a busy key's fresh window
-//! before older ones.
+//! Same algorithms as the Postgres store (both follow [`crate::algorithm`]),
+//! but per instance: N instances in fallback admit up to N × limit. The map
+//! is bounded: when a shard is full, expired states are dropped first, then
+//! those closest to expiry (they have the least left to protect), so a
+//! flood of unique keys costs a bounded amount of memory and cannot push out
+//! a busy key's fresh window before older ones.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use super::{window_end, BucketState, CheckBatch, Checked, Key, Store, StoreError, StoreKind};
+use super::{from_us, to_us, BucketState, CheckBatch, Checked, Key, Store, StoreError, StoreKind};
+use crate::algorithm::{decide, State};
 
 const SHARDS: usize = 16;
 
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    count: u64,
-    reset_at: DateTime<Utc>,
-}
-
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Vec<Mutex<HashMap<Key, Window>>>,
+    shards: Vec<Mutex<HashMap<Key, State>>>,
     per_shard: usize,
 }
 
@@ -48,36 +43,31 @@ impl MemoryStore {
     /// Decides `batch` as of `now`. All shards a batch touches are locked in
     /// shard order, so the decision is atomic and concurrent batches cannot deadlock.
     pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Checked {
+        let now_us = to_us(now);
         let mut shard_ids: Vec<usize> = batch.buckets.iter().map(|b| shard_of(&b.key)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        let mut guards: Vec<_> = shard_ids.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let mut guards: Vec<_> = shard_ids.iter().map(|&i| lock(&self.shards[i])).collect();
+        let slot = |key: &Key| position(&shard_ids, shard_of(key));
 
-        let current: Vec<Window> = batch
-            .buckets
-            .iter()
-            .map(|b| {
-                let map = &guards[position(&shard_ids, shard_of(&b.key))].1;
-                effective(map.get(&b.key).copied(), now, b.window)
-            })
-            .collect();
-        let admit =
-            batch.cost > 0 && batch.buckets.iter().zip(&current).all(|(b, w)| fits(w, batch.cost, b.limit));
-
-        let states = batch.buckets.iter().zip(&current).map(|(b, w)| {
-            let mut w = *w;
+        let admit = batch.cost > 0
+            && batch.buckets.iter().all(|b| {
+                decide(b.params(), guards[slot(&b.key)].get(&b.key), batch.cost, now_us, false).allowed
+            });
+        let mut buckets = Vec::with_capacity(batch.buckets.len());
+        for b in &batch.buckets {
+            let map = &mut guards[slot(&b.key)];
+            let verdict = decide(b.params(), map.get(&b.key), batch.cost, now_us, admit);
+            buckets.push(BucketState {
+                allowed: verdict.allowed,
+                remaining: verdict.remaining,
+                reset_at: from_us(verdict.full_us),
+                retry_at: verdict.retry_us.map(from_us),
+            });
             if admit {
-                w.count += batch.cost;
-                let map = &mut guards[position(&shard_ids, shard_of(&b.key))].1;
-                insert_bounded(map, b.key, w, now, self.per_shard);
+                insert_bounded(map, b.key, verdict.next, now_us, self.per_shard);
             }
-            BucketState {
-                allowed: fits(&w, if admit { 0 } else { batch.cost }, b.limit),
-                count: w.count,
-                reset_at: w.reset_at,
-            }
-        });
-        let buckets = states.collect();
+        }
         drop(guards);
         Checked { buckets, now, store: StoreKind::Memory, degraded: false }
     }
@@ -93,39 +83,26 @@ impl Store for MemoryStore {
     }
 }
 
-/// The window as a check at `now` sees it: an expired or missing one is empty
-/// and would start now.
-fn effective(stored: Option<Window>, now: DateTime<Utc>, window: std::time::Duration) -> Window {
-    match stored {
-        Some(w) if w.reset_at > now => w,
-        _ => Window { count: 0, reset_at: window_end(now, window) },
-    }
-}
-
-fn fits(w: &Window, cost: u64, limit: u64) -> bool {
-    w.count.saturating_add(cost) <= limit
-}
-
-fn insert_bounded(map: &mut HashMap<Key, Window>, key: Key, w: Window, now: DateTime<Utc>, cap: usize) {
+fn insert_bounded(map: &mut HashMap<Key, State>, key: Key, state: State, now_us: i64, cap: usize) {
     if map.len() >= cap && !map.contains_key(&key) {
-        map.retain(|_, w| w.reset_at > now);
+        map.retain(|_, s| s.expires_us > now_us);
         if map.len() >= cap {
             evict_soonest(map, cap - cap / 10 - 1);
         }
     }
-    map.insert(key, w);
+    map.insert(key, state);
 }
 
-/// Keeps the `keep` windows that reset last.
-fn evict_soonest(map: &mut HashMap<Key, Window>, keep: usize) {
-    let mut resets: Vec<DateTime<Utc>> = map.values().map(|w| w.reset_at).collect();
-    let cut = resets.len().saturating_sub(keep);
+/// Keeps the `keep` states that expire last.
+fn evict_soonest(map: &mut HashMap<Key, State>, keep: usize) {
+    let mut expiries: Vec<i64> = map.values().map(|s| s.expires_us).collect();
+    let cut = expiries.len().saturating_sub(keep);
     if cut == 0 {
         return;
     }
-    let (_, threshold, _) = resets.select_nth_unstable(cut - 1);
+    let (_, threshold, _) = expiries.select_nth_unstable(cut - 1);
     let threshold = *threshold;
-    map.retain(|_, w| w.reset_at > threshold);
+    map.retain(|_, s| s.expires_us > threshold);
 }
 
 fn shard_of(key: &Key) -> usize {
@@ -150,12 +127,14 @@ mod tests {
     use chrono::{DateTime, TimeDelta, Utc};
 
     use super::MemoryStore;
+    use crate::algorithm::Algorithm;
     use crate::storage::{BucketSpec, CheckBatch, OnStoreError};
 
     fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
         let mut key = [0u8; 32];
         key[..name.len()].copy_from_slice(name.as_bytes());
-        BucketSpec { name: Arc::from(name), key, limit, window: Duration::from_secs(window_s) }
+        let window = Duration::from_secs(window_s);
+        BucketSpec { name: Arc::from(name), key, limit, window, algorithm: Algorithm::FixedWindow }
     }
 
     fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
@@ -194,7 +173,7 @@ mod tests {
             assert!(!store.check_at(&batch(&[narrow.clone(), wide.clone()], 1), t0()).allowed());
         }
         let alone = store.check_at(&batch(&[wide], 0), t0());
-        assert_eq!(alone.buckets[0].count, 1, "only the admitted check was counted");
+        assert_eq!(alone.buckets[0].remaining, 9, "only the admitted check was counted");
     }
 
     #[test]

@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::algorithm::Algorithm;
+
 pub use fallback::FallbackStore;
 pub use memory::MemoryStore;
 pub use postgres::{PgStore, PgStoreOptions};
@@ -40,6 +42,14 @@ pub struct BucketSpec {
     pub key: Key,
     pub limit: u64,
     pub window: Duration,
+    pub algorithm: Algorithm,
+}
+
+impl BucketSpec {
+    pub fn params(&self) -> crate::algorithm::Params {
+        let window_us = i64::try_from(self.window.as_micros()).unwrap_or(i64::MAX);
+        crate::algorithm::Params { algorithm: self.algorithm, limit: self.limit, window_us }
+    }
 }
 
 /// What to do for a check when the primary store cannot answer.
@@ -63,14 +73,18 @@ pub struct CheckBatch {
     pub on_store_error: OnStoreError,
 }
 
-/// The state of one bucket after a check.
+/// One bucket's answer to a check. The figures mean the same whatever the
+/// algorithm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketState {
     /// Whether this bucket alone had room for the cost.
     pub allowed: bool,
-    /// Cost counted in the current window (after the check, if admitted).
-    pub count: u64,
+    /// What is left after this check (nothing is taken on a denied check).
+    pub remaining: u64,
+    /// When the bucket is back to its full limit.
     pub reset_at: DateTime<Utc>,
+    /// When denied: the earliest time a check of the same cost could pass.
+    pub retry_at: Option<DateTime<Utc>>,
 }
 
 /// Which store decided a check.
@@ -119,6 +133,15 @@ pub(crate) fn window_end(now: DateTime<Utc>, window: Duration) -> DateTime<Utc> 
         .ok()
         .and_then(|w| now.checked_add_signed(w))
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Microseconds since the epoch, the algorithms' clock.
+pub(crate) fn to_us(at: DateTime<Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+pub(crate) fn from_us(us: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(us).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// A place that keeps counters and decides checks against them.

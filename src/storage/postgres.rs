@@ -32,23 +32,28 @@ pub struct PgStoreOptions {
     pub cleanup_batch: i64,
 }
 
-/// One row of `pglimit_check`: index in the batch, allowed, count, reset_at, now.
-type CheckRow = (i32, bool, i64, DateTime<Utc>, DateTime<Utc>);
+/// One row of `pglimit_check`: index in the batch, allowed, remaining,
+/// reset_at, retry_at, now.
+type CheckRow = (i32, bool, i64, DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>);
 
 type Reply = oneshot::Sender<Result<Checked, sqlx::Error>>;
+
+/// A check for a lane: the batch, the clock to use (`None`: the database's
+/// `now()`), and where to send the answer.
+type Job = (CheckBatch, Option<DateTime<Utc>>, Reply);
 
 /// A handle on the lanes; cheap to clone. The lanes stop when the last
 /// handle is dropped.
 #[derive(Clone)]
 pub struct PgStore {
-    jobs: mpsc::Sender<(CheckBatch, Reply)>,
+    jobs: mpsc::Sender<Job>,
     shared: Arc<Shared>,
 }
 
 struct Shared {
     connect: PgConnectOptions,
     options: PgStoreOptions,
-    queue: Mutex<mpsc::Receiver<(CheckBatch, Reply)>>,
+    queue: Mutex<mpsc::Receiver<Job>>,
     /// Bumped when Postgres comes back, so lanes drop connections from before.
     generation: AtomicU64,
     cleaning: AtomicBool,
@@ -126,16 +131,28 @@ impl PgStore {
     }
 }
 
-impl Store for PgStore {
-    async fn check(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+impl PgStore {
+    /// Decides `batch` as if the database clock read `now`. For replaying
+    /// traces in tests; the service always uses the database's own clock.
+    pub async fn check_as_of(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Result<Checked, StoreError> {
+        self.submit(batch, Some(now)).await
+    }
+
+    async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Checked, StoreError> {
         let (reply, answer) = oneshot::channel();
-        if self.jobs.send((batch.clone(), reply)).await.is_err() {
+        if self.jobs.send((batch.clone(), now, reply)).await.is_err() {
             return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
         }
-        let checked = match answer.await {
-            Ok(result) => result.map_err(classify)?,
-            Err(_) => return Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())),
-        };
+        match answer.await {
+            Ok(result) => result.map_err(classify),
+            Err(_) => Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())),
+        }
+    }
+}
+
+impl Store for PgStore {
+    async fn check(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+        let checked = self.submit(batch, None).await?;
         self.maybe_start_cleanup();
         Ok(checked)
     }
@@ -156,11 +173,11 @@ impl Store for PgStore {
 async fn lane(shared: Arc<Shared>, mut conn: Option<(PgConnection, u64)>) {
     loop {
         let job = shared.queue.lock().await.recv().await;
-        let Some((batch, reply)) = job else { return };
+        let Some((batch, now, reply)) = job else { return };
         if reply.is_closed() {
             continue; // the caller gave up (fallback answered it): do not count it
         }
-        let result = shared.run(&mut conn, &batch).await;
+        let result = shared.run(&mut conn, &batch, now).await;
         let _ = reply.send(result);
     }
 }
@@ -184,6 +201,7 @@ impl Shared {
         &self,
         slot: &mut Option<(PgConnection, u64)>,
         batch: &CheckBatch,
+        now: Option<DateTime<Utc>>,
     ) -> Result<Checked, sqlx::Error> {
         let generation = self.generation.load(Ordering::Acquire);
         if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
@@ -195,7 +213,7 @@ impl Shared {
         let Some((conn, _)) = slot.as_mut() else {
             return Err(timed_out("connecting"));
         };
-        let result = match tokio::time::timeout(self.hard_limit(), call(conn, batch)).await {
+        let result = match tokio::time::timeout(self.hard_limit(), call(conn, batch, now)).await {
             Ok(result) => result,
             Err(_) => Err(timed_out("waiting for pglimit_check")),
         };
@@ -206,15 +224,22 @@ impl Shared {
     }
 }
 
-async fn call(conn: &mut PgConnection, batch: &CheckBatch) -> Result<Checked, sqlx::Error> {
+async fn call(
+    conn: &mut PgConnection,
+    batch: &CheckBatch,
+    now: Option<DateTime<Utc>>,
+) -> Result<Checked, sqlx::Error> {
     let keys: Vec<&[u8]> = batch.buckets.iter().map(|b| b.key.as_slice()).collect();
     let limits: Vec<i64> = batch.buckets.iter().map(|b| to_i64(b.limit)).collect();
     let windows: Vec<i64> = batch.buckets.iter().map(|b| to_i64(b.window.as_millis())).collect();
-    let rows: Vec<CheckRow> = sqlx::query_as("SELECT * FROM pglimit_check($1, $2, $3, $4)")
+    let algorithms: Vec<i16> = batch.buckets.iter().map(|b| b.algorithm.code()).collect();
+    let rows: Vec<CheckRow> = sqlx::query_as("SELECT * FROM pglimit_check($1, $2, $3, $4, $5, $6)")
         .bind(keys)
         .bind(limits)
         .bind(windows)
+        .bind(algorithms)
         .bind(to_i64(batch.cost))
+        .bind(now)
         .fetch_all(conn)
         .await?;
     into_checked(batch, rows)
@@ -244,10 +269,15 @@ fn into_checked(batch: &CheckBatch, mut rows: Vec<CheckRow>) -> Result<Checked, 
         )));
     }
     rows.sort_by_key(|r| r.0);
-    let now = rows.first().map(|r| r.4).unwrap_or_else(Utc::now);
+    let now = rows.first().map(|r| r.5).unwrap_or_else(Utc::now);
     let buckets = rows
         .into_iter()
-        .map(|(_, allowed, count, reset_at, _)| BucketState { allowed, count: count.max(0) as u64, reset_at })
+        .map(|(_, allowed, remaining, reset_at, retry_at, _)| BucketState {
+            allowed,
+            remaining: remaining.max(0) as u64,
+            reset_at,
+            retry_at,
+        })
         .collect();
     Ok(Checked { buckets, now, store: StoreKind::Postgres, degraded: false })
 }
