@@ -178,3 +178,25 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[]).await;
+    stop(StopMode::Fast).await;
+    for algorithm in ["fixed_window", "sliding_window", "sliding_log", "token_bucket"] {
+        let body = json!({ "key": unique(algorithm), "limit": 4, "window": "1h", "algorithm": algorithm });
+        let mut allowed = 0;
+        for _ in 0..10 {
+            let reply = check(&app, body.clone()).await;
+            assert_eq!(reply.body["store"], "memory", "{algorithm}");
+            if reply.status == StatusCode::OK {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 4, "{algorithm}");
+    }
+    restart().await;
+    wait_for_postgres(&app).await;
+}
