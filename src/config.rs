@@ -94,7 +94,7 @@ impl Config {
             db_pool_size: in_range(
                 &get,
                 "PGLIMIT_DB_POOL_SIZE",
-                "16",
+                "4",
                 1..=1000,
                 "a number of connections from 1 to 1000",
             )?,

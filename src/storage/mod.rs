@@ -114,7 +114,7 @@ impl Checked {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached in time; the whole instance should fall back.
     #[error("store unreachable: {0}")]

@@ -1,12 +1,13 @@
 //! Counters in PostgreSQL: exact across any number of service instances.
 //!
-//! A check is one call of the `pglimit_check` SQL function (see
-//! `migrations/`): one round trip and one transaction whatever the number of
-//! buckets. Checks are queued to a fixed set of *lanes*, each a task that owns
-//! one connection. Owning the connection (rather than borrowing from a pool)
-//! keeps a check to exactly one round trip: a pool would ping every
-//! connection it takes back. Expired rows are deleted by a bounded
-//! background delete started on a sample of checks, so no cron is needed.
+//! Checks are queued to a fixed set of *lanes* ([`lane`]), each a task that
+//! owns one connection and sends the checks waiting for it as one call of
+//! `pglimit_check_batch` (see `migrations/`): one round trip and one
+//! transaction for the whole batch, each check still decided on its own, all
+//! or nothing. Expired rows are deleted by a bounded background delete
+//! started on a sample of checks, so no cron is needed.
+
+mod lane;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{BucketState, CheckBatch, Checked, Store, StoreError, StoreKind};
+use super::{CheckBatch, Checked, Store, StoreError};
+use lane::{lane, Job};
 
 /// How the Postgres store connects and cleans up.
 #[derive(Debug, Clone)]
@@ -32,28 +34,21 @@ pub struct PgStoreOptions {
     pub cleanup_batch: i64,
 }
 
-/// One row of `pglimit_check`: index in the batch, allowed, remaining,
-/// reset_at, retry_at, now.
-type CheckRow = (i32, bool, i64, DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>);
-
-type Reply = oneshot::Sender<Result<Checked, sqlx::Error>>;
-
-/// A check for a lane: the batch, the clock to use (`None`: the database's
-/// `now()`), and where to send the answer.
-type Job = (CheckBatch, Option<DateTime<Utc>>, Reply);
-
 /// A handle on the lanes; cheap to clone. The lanes stop when the last
 /// handle is dropped.
 #[derive(Clone)]
 pub struct PgStore {
-    jobs: mpsc::Sender<Job>,
+    /// One queue per lane. A check goes to the lane of its first bucket's
+    /// key, so checks on a hot key meet in one lane and share its batches
+    /// (one row lock per batch) instead of queueing on the row lock from
+    /// every lane.
+    lanes: Arc<[mpsc::Sender<Job>]>,
     shared: Arc<Shared>,
 }
 
 struct Shared {
     connect: PgConnectOptions,
     options: PgStoreOptions,
-    queue: Mutex<mpsc::Receiver<Job>>,
     /// Bumped when Postgres comes back, so lanes drop connections from before.
     generation: AtomicU64,
     cleaning: AtomicBool,
@@ -68,11 +63,9 @@ impl PgStore {
         sqlx::migrate!("./migrations").run(&mut conn).await?;
         conn.close().await?;
 
-        let (jobs, queue) = mpsc::channel(4096);
         let shared = Arc::new(Shared {
             connect,
             options,
-            queue: Mutex::new(queue),
             generation: AtomicU64::new(0),
             cleaning: AtomicBool::new(false),
             cleanup_conn: Mutex::new(None),
@@ -84,11 +77,20 @@ impl PgStore {
             let shared = Arc::clone(&shared);
             opening.spawn(async move { shared.open().await });
         }
+        let mut lanes = Vec::new();
         while let Some(opened) = opening.join_next().await {
             let conn = opened.map_err(|e| sqlx::Error::Protocol(format!("lane start-up failed: {e}")))??;
-            tokio::spawn(lane(Arc::clone(&shared), Some((conn, 0))));
+            let (jobs, queue) = mpsc::channel(1024);
+            tokio::spawn(lane(Arc::clone(&shared), queue, Some((conn, 0))));
+            lanes.push(jobs);
         }
-        Ok(Self { jobs, shared })
+        Ok(Self { lanes: lanes.into(), shared })
+    }
+
+    /// Decides `batch` as if the database clock read `now`. For replaying
+    /// traces in tests; the service always uses the database's own clock.
+    pub async fn check_as_of(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Result<Checked, StoreError> {
+        self.submit(batch, Some(now)).await
     }
 
     /// Deletes up to `cleanup_batch` expired rows; returns how many it deleted.
@@ -113,6 +115,26 @@ impl PgStore {
         Ok(done?.rows_affected())
     }
 
+    async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Checked, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job { batch: batch.clone(), now, reply };
+        let first_key = batch.buckets.first().map_or([0; 8], |b| {
+            let mut head = [0; 8];
+            head.copy_from_slice(&b.key[..8]);
+            head
+        });
+        let lane = (u64::from_le_bytes(first_key) % self.lanes.len().max(1) as u64) as usize;
+        let Some(queue) = self.lanes.get(lane) else {
+            return Err(StoreError::Unreachable("no postgres lanes".into()));
+        };
+        if queue.send(job).await.is_err() {
+            return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())))
+    }
+
     fn maybe_start_cleanup(&self) {
         if rand::random::<f64>() >= self.shared.options.cleanup_rate {
             return;
@@ -128,25 +150,6 @@ impl PgStore {
             }
             store.shared.cleaning.store(false, Ordering::Release);
         });
-    }
-}
-
-impl PgStore {
-    /// Decides `batch` as if the database clock read `now`. For replaying
-    /// traces in tests; the service always uses the database's own clock.
-    pub async fn check_as_of(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Result<Checked, StoreError> {
-        self.submit(batch, Some(now)).await
-    }
-
-    async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Checked, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        if self.jobs.send((batch.clone(), now, reply)).await.is_err() {
-            return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
-        }
-        match answer.await {
-            Ok(result) => result.map_err(classify),
-            Err(_) => Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())),
-        }
     }
 }
 
@@ -169,19 +172,6 @@ impl Store for PgStore {
     }
 }
 
-/// A lane: takes checks off the shared queue and runs them on its own connection.
-async fn lane(shared: Arc<Shared>, mut conn: Option<(PgConnection, u64)>) {
-    loop {
-        let job = shared.queue.lock().await.recv().await;
-        let Some((batch, now, reply)) = job else { return };
-        if reply.is_closed() {
-            continue; // the caller gave up (fallback answered it): do not count it
-        }
-        let result = shared.run(&mut conn, &batch, now).await;
-        let _ = reply.send(result);
-    }
-}
-
 impl Shared {
     /// How long a lane waits on the server before it drops the connection.
     /// Longer than the caller's budget: the fallback decides what the caller
@@ -196,90 +186,27 @@ impl Shared {
             Err(_) => Err(timed_out("connecting")),
         }
     }
-
-    async fn run(
-        &self,
-        slot: &mut Option<(PgConnection, u64)>,
-        batch: &CheckBatch,
-        now: Option<DateTime<Utc>>,
-    ) -> Result<Checked, sqlx::Error> {
-        let generation = self.generation.load(Ordering::Acquire);
-        if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
-            *slot = None;
-        }
-        if slot.is_none() {
-            *slot = Some((self.open().await?, generation));
-        }
-        let Some((conn, _)) = slot.as_mut() else {
-            return Err(timed_out("connecting"));
-        };
-        let result = match tokio::time::timeout(self.hard_limit(), call(conn, batch, now)).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out("waiting for pglimit_check")),
-        };
-        if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
-            *slot = None; // the connection's state is unknown: start afresh
-        }
-        result
-    }
-}
-
-async fn call(
-    conn: &mut PgConnection,
-    batch: &CheckBatch,
-    now: Option<DateTime<Utc>>,
-) -> Result<Checked, sqlx::Error> {
-    let keys: Vec<&[u8]> = batch.buckets.iter().map(|b| b.key.as_slice()).collect();
-    let limits: Vec<i64> = batch.buckets.iter().map(|b| to_i64(b.limit)).collect();
-    let windows: Vec<i64> = batch.buckets.iter().map(|b| to_i64(b.window.as_millis())).collect();
-    let algorithms: Vec<i16> = batch.buckets.iter().map(|b| b.algorithm.code()).collect();
-    let rows: Vec<CheckRow> = sqlx::query_as("SELECT * FROM pglimit_check($1, $2, $3, $4, $5, $6)")
-        .bind(keys)
-        .bind(limits)
-        .bind(windows)
-        .bind(algorithms)
-        .bind(to_i64(batch.cost))
-        .bind(now)
-        .fetch_all(conn)
-        .await?;
-    into_checked(batch, rows)
 }
 
 /// Session settings: read committed whatever the database default (the
 /// function relies on each statement seeing the latest committed rows), and
-/// server-side limits so that a stuck row lock fails one check after the
-/// caller's budget instead of holding a lane, and an abandoned statement
-/// does not run on.
+/// server-side limits so that a row lock held by some stuck transaction
+/// fails the batch instead of holding a lane for ever, and an abandoned
+/// statement does not run on. Both sit just under a lane's hard limit: a
+/// wait for a hot row is normal under load and must not fail checks early
+/// (a failed check is answered by the fallback, which is not exact).
 fn with_session_settings(connect: PgConnectOptions, timeout: Duration) -> PgConnectOptions {
-    let lock_ms = timeout.as_millis().max(1);
-    let statement_ms = (timeout * 20).as_millis().max(2000);
+    let hard_ms = (timeout * 20).as_millis().max(2000);
+    let lock_ms = hard_ms * 9 / 10;
+    let statement_ms = hard_ms * 9 / 10;
     connect.options([
         ("default_transaction_isolation", "read\\ committed".to_string()),
+        // The batch function's statements take arrays whose sizes vary; a
+        // generic plan serves them all and saves re-planning on every call.
+        ("plan_cache_mode", "force_generic_plan".to_string()),
         ("lock_timeout", lock_ms.to_string()),
         ("statement_timeout", statement_ms.to_string()),
     ])
-}
-
-fn into_checked(batch: &CheckBatch, mut rows: Vec<CheckRow>) -> Result<Checked, sqlx::Error> {
-    if rows.len() != batch.buckets.len() {
-        return Err(sqlx::Error::Protocol(format!(
-            "pglimit_check returned {} rows for {} buckets",
-            rows.len(),
-            batch.buckets.len()
-        )));
-    }
-    rows.sort_by_key(|r| r.0);
-    let now = rows.first().map(|r| r.5).unwrap_or_else(Utc::now);
-    let buckets = rows
-        .into_iter()
-        .map(|(_, allowed, remaining, reset_at, retry_at, _)| BucketState {
-            allowed,
-            remaining: remaining.max(0) as u64,
-            reset_at,
-            retry_at,
-        })
-        .collect();
-    Ok(Checked { buckets, now, store: StoreKind::Postgres, degraded: false })
 }
 
 fn timed_out(what: &str) -> sqlx::Error {
@@ -287,7 +214,7 @@ fn timed_out(what: &str) -> sqlx::Error {
 }
 
 /// Connection-level failures mean Postgres is away for everyone; an error
-/// the server answered with concerns this check only.
+/// the server answered with concerns this batch only.
 fn classify(e: sqlx::Error) -> StoreError {
     let server_going_away = |code: &str| {
         // 08: connection exception, 53: insufficient resources,
@@ -300,8 +227,4 @@ fn classify(e: sqlx::Error) -> StoreError {
         }
         _ => StoreError::Unreachable(e.to_string()),
     }
-}
-
-fn to_i64<T: TryInto<i64>>(v: T) -> i64 {
-    v.try_into().unwrap_or(i64::MAX)
 }
