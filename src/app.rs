@@ -9,7 +9,7 @@ use crate::limiter::{KeySecret, Limiter};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth};
-use crate::storage::{FallbackStore, MemoryStore, PgStore, PgStoreOptions};
+use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
 
 /// How often a degraded instance asks whether Postgres is back.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -54,6 +54,7 @@ impl Service {
         let pg = PgStore::connect(&url, pg_options(config)).await?;
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
+        let store = DenyCache::new(store, config.memory_capacity);
         let limiter = Limiter::new(store, policies, secret);
         let auth = Auth::new(config.api_tokens.iter().map(String::as_str));
         let state = AppState { limiter: Arc::new(limiter), auth: Arc::new(auth) };

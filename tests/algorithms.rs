@@ -34,7 +34,7 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
     let app = instance(&fresh_database().await, &[]).await;
-    let pg = app.limiter.store().primary();
+    let pg = app.limiter.store().inner().primary();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().unwrap();
     for round in 0..12 {
@@ -193,7 +193,7 @@ async fn sliding_log_limits_above_the_bound_are_refused_with_a_reason() {
 async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let url = fresh_database().await;
     let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
-    let pg = app.limiter.store().primary();
+    let pg = app.limiter.store().inner().primary();
     let window = Duration::from_millis(400);
     let sliding = spec(1, Algorithm::SlidingWindow, 10, 400);
     let fixed = spec(2, Algorithm::FixedWindow, 10, 400);

@@ -28,7 +28,7 @@ async fn cleanup_deletes_expired_rows_and_keeps_live_ones() {
     assert_eq!(rows(&url).await, 31);
     tokio::time::sleep(Duration::from_millis(150)).await;
 
-    let deleted = app.limiter.store().primary().cleanup().await.expect("cleanup");
+    let deleted = app.limiter.store().inner().primary().cleanup().await.expect("cleanup");
     assert_eq!(deleted, 30);
     assert_eq!(rows(&url).await, 1);
     // The live bucket's count survived the cleanup.

@@ -119,3 +119,32 @@ async fn concurrent_checks_on_one_lane_are_batched_and_decided_as_if_in_sequence
     let transactions = commits(&url).await - before;
     assert!(transactions < 100, "{transactions} transactions for 200 checks");
 }
+
+#[tokio::test]
+async fn a_flood_on_a_denied_key_is_answered_without_statements() {
+    let url = fresh_database().await;
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let body = json!({ "key": unique("flood"), "limit": 2, "window": "1h" });
+    for _ in 0..3 {
+        check(&app, body.clone()).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    // What reading the counter itself costs, measured with nothing between.
+    let first = commits(&url).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let before = commits(&url).await;
+    let reading = before - first;
+    for _ in 0..200 {
+        let reply = check(&app, body.clone()).await;
+        assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(reply.body["remaining"], 0);
+        assert!(reply.body["retry_after_s"].as_u64().unwrap() > 3500);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let transactions = commits(&url).await - before - reading;
+    assert!(transactions <= 1, "{transactions} transactions for 200 denied checks");
+    // A peek still asks Postgres.
+    let mut peek = body.clone();
+    peek["cost"] = json!(0);
+    assert_eq!(check(&app, peek).await.body["remaining"], 0);
+}

@@ -59,7 +59,7 @@ fn signal_all(signal: &str) {
 
 async fn wait_for_postgres(app: &pglimit::AppState) {
     let deadline = Instant::now() + Duration::from_secs(15);
-    while app.limiter.store().is_degraded() {
+    while app.limiter.store().inner().is_degraded() {
         assert!(Instant::now() < deadline, "did not return to postgres");
         check(app, json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 })).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -108,7 +108,7 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
     signal_all("STOP");
     let reply = check(&app, json!({ "key": unique("p"), "limit": 5, "window": "1m" })).await;
     assert_eq!(reply.body["store"], "memory", "the first check waits out the timeout");
-    assert!(app.limiter.store().is_degraded(), "and trips the instance");
+    assert!(app.limiter.store().inner().is_degraded(), "and trips the instance");
     // The rest go straight to memory instead of each waiting 200 ms: 50 of
     // them finish well inside what 50 timeouts would take. (A bound on a
     // behaviour, not a speed: the margin is 5x on a loaded machine.)

@@ -20,13 +20,14 @@ pub use headers::rate_limit_headers;
 
 use crate::error::Error;
 use crate::limiter::Limiter;
-use crate::storage::{FallbackStore, MemoryStore, PgStore};
+use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// The store a running service uses: Postgres, falling back to memory.
-pub type ServiceStore = FallbackStore<PgStore, MemoryStore>;
+/// The store a running service uses: Postgres, falling back to memory,
+/// with repeated denials answered from memory.
+pub type ServiceStore = DenyCache<FallbackStore<PgStore, MemoryStore>>;
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -65,7 +66,7 @@ async fn healthz() -> Json<Value> {
 /// Which store is answering checks now. Still 200 in fallback: the
 /// instance answers, and every instance would fall back alike.
 async fn readyz(State(state): State<AppState>) -> Json<Value> {
-    let degraded = state.limiter.store().is_degraded();
+    let degraded = state.limiter.store().inner().is_degraded();
     let store = if degraded { "memory" } else { "postgres" };
     Json(json!({ "status": "ready", "store": store, "degraded": degraded }))
 }

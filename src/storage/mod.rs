@@ -15,6 +15,7 @@
 //! [`MemoryStore`] keeps them in this process; [`FallbackStore`] serves from
 //! the first and falls back to the second while PostgreSQL is unreachable.
 
+mod deny_cache;
 mod fallback;
 mod memory;
 mod postgres;
@@ -27,6 +28,7 @@ use chrono::{DateTime, Utc};
 
 use crate::algorithm::Algorithm;
 
+pub use deny_cache::DenyCache;
 pub use fallback::FallbackStore;
 pub use memory::MemoryStore;
 pub use postgres::{PgStore, PgStoreOptions};
