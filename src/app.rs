@@ -68,6 +68,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         timeout: config.db_timeout,
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
+        unlogged: config.unlogged,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Config {
     pub db_timeout: Duration,
     pub db_pool_size: u32,
     pub memory_capacity: usize,
+    /// Keep counters in an UNLOGGED table: faster writes, lost on a crash.
+    pub unlogged: bool,
     pub log_format: LogFormat,
 }
 
@@ -105,6 +107,14 @@ impl Config {
                 1..=100_000_000,
                 "a number of keys from 1 to 100000000",
             )?,
+            unlogged: match get("PGLIMIT_UNLOGGED").as_deref() {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    let reason = format!("{other:?} is not \"true\" or \"false\"");
+                    return Err(ConfigError { var: "PGLIMIT_UNLOGGED", reason });
+                }
+            },
             log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,

@@ -57,3 +57,25 @@ async fn a_stream_of_one_off_keys_keeps_the_table_bounded() {
     // about one round's worth remain.
     assert!(peak <= 100, "table held {peak} rows");
 }
+
+#[tokio::test]
+async fn pglimit_unlogged_switches_the_table_and_back() {
+    let url = fresh_database().await;
+    let persistence = |url: String| async move {
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        let (p,): (String,) = sqlx::query_as(
+            "SELECT relpersistence::text FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("persistence");
+        pool.close().await;
+        p
+    };
+    let app = instance(&url, &[("PGLIMIT_UNLOGGED", "true")]).await;
+    assert_eq!(persistence(url.clone()).await, "u");
+    let reply = check(&app, json!({ "key": unique("u"), "limit": 1, "window": "1h" })).await;
+    assert_eq!(reply.body["store"], "postgres");
+    instance(&url, &[]).await;
+    assert_eq!(persistence(url.clone()).await, "p", "logged again when the option is off");
+}

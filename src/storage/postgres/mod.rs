@@ -32,6 +32,8 @@ pub struct PgStoreOptions {
     pub cleanup_rate: f64,
     /// Most rows one cleanup deletes.
     pub cleanup_batch: i64,
+    /// Whether the counters table should be UNLOGGED.
+    pub unlogged: bool,
 }
 
 /// A handle on the lanes; cheap to clone. The lanes stop when the last
@@ -61,6 +63,7 @@ impl PgStore {
         let connect = with_session_settings(url.parse()?, options.timeout);
         let mut conn = PgConnection::connect_with(&connect).await?;
         sqlx::migrate!("./migrations").run(&mut conn).await?;
+        set_persistence(&mut conn, options.unlogged).await?;
         conn.close().await?;
 
         let shared = Arc::new(Shared {
@@ -151,6 +154,29 @@ impl PgStore {
             store.shared.cleaning.store(false, Ordering::Release);
         });
     }
+}
+
+/// Makes the counters table UNLOGGED or logged as configured, if it is not
+/// already. UNLOGGED skips the write-ahead log: writes are cheaper, but
+/// PostgreSQL empties the table after a crash and does not replicate it, so
+/// every counter restarts from zero after a crash or a failover.
+async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), sqlx::Error> {
+    let (persistence,): (i8,) = sqlx::query_as(
+        "SELECT relpersistence::\"char\" FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let is_unlogged = persistence as u8 == b'u';
+    if is_unlogged == unlogged {
+        return Ok(());
+    }
+    let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
+    tracing::warn!(
+        to,
+        "changing the counters table's persistence (PGLIMIT_UNLOGGED); this rewrites the table"
+    );
+    sqlx::query(&format!("ALTER TABLE pglimit_buckets SET {to}")).execute(&mut *conn).await?;
+    Ok(())
 }
 
 impl Store for PgStore {
