@@ -75,6 +75,39 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
     }
 }
 
+/// Single fixed-window checks take the plain multi-row upsert instead of
+/// the PL/pgSQL function; it must decide and report exactly as the model.
+#[tokio::test]
+async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
+    let app = instance(&fresh_database().await, &[]).await;
+    let pg = app.limiter.store().inner().primary();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
+    for round in 0..6 {
+        let s = spec(3, Algorithm::FixedWindow, rng.gen_range(1..8), rng.gen_range(200..3_000));
+        let mut model: Option<State> = None;
+        for step in 0..60 {
+            now += TimeDelta::microseconds(rng.gen_range(0..400_000));
+            let cost = rng.gen_range(1..3).min(s.limit);
+            let batch = CheckBatch { buckets: vec![s.clone()], cost, on_store_error: OnStoreError::Deny };
+            let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
+            let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), true);
+            let at = format!("round {round} step {step} (cost {cost}, limit {})", s.limit);
+            assert_eq!(got.allowed, want.allowed, "allowed, {at}");
+            if want.allowed {
+                assert_eq!(got.remaining, want.remaining, "remaining, {at}");
+                model = Some(want.next);
+            } else {
+                let held = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), false);
+                assert_eq!(got.remaining, held.remaining.min(cost - 1), "remaining, {at}");
+                assert_eq!(got.retry_at.map(|t| t.timestamp_micros()), held.retry_us, "retry_at, {at}");
+            }
+            let full = decide(s.params(), model.as_ref(), 0, now.timestamp_micros(), false).full_us;
+            assert_eq!(got.reset_at.timestamp_micros(), full, "reset_at, {at}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn every_algorithm_admits_its_limit_through_post_check() {
     let app = common::app().await;

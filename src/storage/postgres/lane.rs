@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{classify, timed_out, Shared};
+use super::{classify, statements, timed_out, Shared};
 use crate::storage::{BucketState, CheckBatch, Checked, StoreError, StoreKind};
 
 /// Most checks decided in one call.
@@ -106,28 +106,41 @@ impl Shared {
 }
 
 async fn call(conn: &mut PgConnection, jobs: &[Job]) -> Result<Vec<Checked>, sqlx::Error> {
-    let (mut checks, mut keys, mut limits, mut windows, mut algorithms, mut costs) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for (i, job) in jobs.iter().enumerate() {
-        for b in &job.batch.buckets {
-            checks.push(i as i32);
-            keys.push(b.key.as_slice());
-            limits.push(to_i64(b.limit));
-            windows.push(to_i64(b.window.as_millis()));
-            algorithms.push(b.algorithm.code());
-            costs.push(to_i64(job.batch.cost));
+    let now = jobs.first().and_then(|j| j.now);
+    let mut rows: Vec<Row> = if statements::fixed_distinct_applies(jobs) {
+        let buckets = || jobs.iter().map(|job| (job, &job.batch.buckets[0]));
+        sqlx::query_as(statements::FIXED_DISTINCT)
+            .bind(buckets().map(|(_, b)| b.key.as_slice()).collect::<Vec<_>>())
+            .bind(buckets().map(|(_, b)| to_i64(b.limit)).collect::<Vec<_>>())
+            .bind(buckets().map(|(_, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
+            .bind(buckets().map(|(job, _)| to_i64(job.batch.cost)).collect::<Vec<_>>())
+            .bind(now)
+            .fetch_all(conn)
+            .await?
+    } else {
+        let (mut checks, mut keys, mut limits, mut windows, mut algorithms, mut costs) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for (i, job) in jobs.iter().enumerate() {
+            for b in &job.batch.buckets {
+                checks.push(i as i32);
+                keys.push(b.key.as_slice());
+                limits.push(to_i64(b.limit));
+                windows.push(to_i64(b.window.as_millis()));
+                algorithms.push(b.algorithm.code());
+                costs.push(to_i64(job.batch.cost));
+            }
         }
-    }
-    let mut rows: Vec<Row> = sqlx::query_as("SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7)")
-        .bind(checks)
-        .bind(keys)
-        .bind(limits)
-        .bind(windows)
-        .bind(algorithms)
-        .bind(costs)
-        .bind(jobs.first().and_then(|j| j.now))
-        .fetch_all(conn)
-        .await?;
+        sqlx::query_as(statements::GENERAL)
+            .bind(checks)
+            .bind(keys)
+            .bind(limits)
+            .bind(windows)
+            .bind(algorithms)
+            .bind(costs)
+            .bind(now)
+            .fetch_all(conn)
+            .await?
+    };
     rows.sort_by_key(|r| r.0);
     split(jobs, rows)
 }

@@ -8,6 +8,7 @@
 //! started on a sample of checks, so no cron is needed.
 
 mod lane;
+mod statements;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
