@@ -1,0 +1,62 @@
+-- wrk script for bench/run: POST /check with pglimit's ad hoc request form.
+--
+-- Environment:
+--   BENCH_MODE   random (default): key "k<1..BENCH_KEYS>" at random
+--                hot:    always key "hot"
+--                deny:   key "deny<1..BENCH_KEYS>" at random (limit BENCH_LIMIT,
+--                        pre-filled by bench/run so that every check is denied)
+--   BENCH_KEYS   number of distinct keys (default 10000)
+--   BENCH_LIMIT  limit sent with every check (default 1000000000)
+--   BENCH_WINDOW window sent with every check (default 1h)
+--
+-- done() prints one JSON line, prefixed "WRKJSON ", that bench/run parses.
+
+local mode = os.getenv("BENCH_MODE") or "random"
+local nkeys = tonumber(os.getenv("BENCH_KEYS") or "10000")
+local limit = os.getenv("BENCH_LIMIT") or "1000000000"
+local window = os.getenv("BENCH_WINDOW") or "1h"
+
+local headers = { ["Content-Type"] = "application/json" }
+local prefix = (mode == "deny") and "deny" or "k"
+
+-- Pre-render every request once: the request() hook then only picks one,
+-- so the generator costs the same for every server measured.
+local requests = {}
+
+local function body_for(key)
+  return string.format('{"key":"%s","limit":%s,"window":"%s"}', key, limit, window)
+end
+
+local next_id = 0
+function setup(thread)
+  next_id = next_id + 1
+  thread:set("thread_id", next_id)
+end
+
+function init(args)
+  math.randomseed(os.time() * 1000 + (thread_id or 0) * 7919)
+  if mode == "hot" then
+    requests[1] = wrk.format("POST", "/check", headers, body_for("hot"))
+  else
+    for i = 1, nkeys do
+      requests[i] = wrk.format("POST", "/check", headers, body_for(prefix .. i))
+    end
+  end
+end
+
+function request()
+  if mode == "hot" then
+    return requests[1]
+  end
+  return requests[math.random(nkeys)]
+end
+
+function done(summary, latency, requests_)
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect_errors":%d,"read_errors":%d,' ..
+    '"write_errors":%d,"status_errors":%d,"timeouts":%d,"lat_mean_us":%.1f,"lat_p50_us":%d,' ..
+    '"lat_p90_us":%d,"lat_p99_us":%d,"lat_max_us":%d}\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+end
