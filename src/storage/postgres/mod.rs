@@ -228,9 +228,14 @@ fn with_session_settings(connect: PgConnectOptions, timeout: Duration) -> PgConn
     let statement_ms = hard_ms * 9 / 10;
     connect.options([
         ("default_transaction_isolation", "read\\ committed".to_string()),
-        // The batch function's statements take arrays whose sizes vary; a
-        // generic plan serves them all and saves re-planning on every call.
+        // The statements take arrays whose sizes vary; a generic plan serves
+        // them all and saves re-planning on every call. But a plan is made
+        // once per connection, from the statistics of that moment: made
+        // while the table is still empty, it would scan the whole table for
+        // ever after (measured: 4x slower at 10,000 keys). No statement here
+        // ever wants a sequential scan of the counters, so rule them out.
         ("plan_cache_mode", "force_generic_plan".to_string()),
+        ("enable_seqscan", "off".to_string()),
         ("lock_timeout", lock_ms.to_string()),
         ("statement_timeout", statement_ms.to_string()),
     ])
