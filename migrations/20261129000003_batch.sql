@@ -40,6 +40,9 @@ DECLARE
     t_count bigint[]; t_prev bigint[]; t_exp bigint[]; t_tat bigint[]; t_log jsonb[];
     b integer := 1; first_b integer; i integer; j integer; admit boolean; v record;
 BEGIN
+    IF coalesce(n, 0) = 0 THEN
+        RETURN;
+    END IF;
     -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
     INSERT INTO pglimit_buckets AS t (key, count, reset_at)
     SELECT DISTINCT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1

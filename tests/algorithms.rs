@@ -230,6 +230,11 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let window = Duration::from_millis(400);
     let sliding = spec(1, Algorithm::SlidingWindow, 10, 400);
     let fixed = spec(2, Algorithm::FixedWindow, 10, 400);
+    // Sliding windows are aligned on the clock: start just after a boundary,
+    // so the sliding row (alive until the end of the next window) outlives
+    // the fixed one (alive one window from now) by most of a window.
+    let into_window = Utc::now().timestamp_millis().rem_euclid(400) as u64;
+    tokio::time::sleep(Duration::from_millis(400 - into_window + 10)).await;
     for s in [&sliding, &fixed] {
         let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, on_store_error: OnStoreError::Deny };
         pg.check(&batch).await.unwrap();

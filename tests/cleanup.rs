@@ -59,7 +59,7 @@ async fn a_stream_of_one_off_keys_keeps_the_table_bounded() {
 }
 
 #[tokio::test]
-async fn pglimit_unlogged_switches_the_table_and_back() {
+async fn pglimit_unlogged_sets_an_empty_table_and_refuses_to_rewrite_a_full_one() {
     let url = fresh_database().await;
     let persistence = |url: String| async move {
         let pool = sqlx::PgPool::connect(&url).await.expect("connect");
@@ -76,6 +76,13 @@ async fn pglimit_unlogged_switches_the_table_and_back() {
     assert_eq!(persistence(url.clone()).await, "u");
     let reply = check(&app, json!({ "key": unique("u"), "limit": 1, "window": "1h" })).await;
     assert_eq!(reply.body["store"], "postgres");
-    instance(&url, &[]).await;
-    assert_eq!(persistence(url.clone()).await, "p", "logged again when the option is off");
+
+    let vars = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let config = pglimit::Config::from_lookup(|name| {
+        vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+    })
+    .expect("config");
+    let refused = pglimit::Service::start(&config).await.err().expect("a full table is not rewritten");
+    assert!(refused.to_string().contains("ALTER TABLE pglimit_buckets SET LOGGED"), "{refused}");
+    assert_eq!(persistence(url.clone()).await, "u", "left as it was");
 }

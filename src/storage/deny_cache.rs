@@ -9,8 +9,9 @@
 //! its limit costs no statement at all.
 //!
 //! Staleness, stated: a cached answer repeats the figures of the denial it
-//! remembers (`remaining` may have dropped since through other checks), and
-//! its durations are recomputed from this host's clock. If rows are deleted
+//! remembers (`remaining` may have dropped since through other checks); its
+//! durations count down on this host's monotonic clock from the moment the
+//! denial was heard, so a clock difference between hosts does not matter. If rows are deleted
 //! or limits raised by hand, instances keep denying from memory until the
 //! remembered retry time at the latest. Peeks (cost 0) always go through.
 //! Only Postgres decisions are remembered, never the fallback's.
@@ -18,6 +19,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
@@ -25,44 +27,71 @@ use super::{CheckBatch, Checked, Store, StoreError, StoreKind};
 
 pub struct DenyCache<S> {
     inner: S,
-    entries: Mutex<HashMap<u64, Remembered>>,
+    entries: Mutex<Entries>,
     capacity: usize,
 }
 
+struct Entries {
+    map: HashMap<u64, Remembered>,
+    /// When full, expired entries are swept at most once per [`SWEEP_EVERY`],
+    /// so a full cache does not scan itself on every denial.
+    last_sweep: Instant,
+}
+
 struct Remembered {
-    until: DateTime<Utc>,
+    /// The remembered retry time on this host's monotonic clock: the
+    /// database's `retry_at - now` added to the moment we heard it, so a
+    /// clock difference between the hosts cannot stretch it.
+    until: Instant,
     checked: Checked,
 }
+
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl<S: Store> DenyCache<S> {
     /// Remembers at most `capacity` denials.
     pub fn new(inner: S, capacity: usize) -> Self {
-        Self { inner, entries: Mutex::new(HashMap::new()), capacity }
+        let entries = Entries { map: HashMap::new(), last_sweep: Instant::now() };
+        Self { inner, entries: Mutex::new(entries), capacity }
     }
 
     pub fn inner(&self) -> &S {
         &self.inner
     }
 
-    fn recall(&self, fingerprint: u64, now: DateTime<Utc>) -> Option<Checked> {
+    fn recall(&self, fingerprint: u64) -> Option<Checked> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let remembered = entries.get(&fingerprint).filter(|r| now < r.until)?;
+        let remembered = entries.map.get(&fingerprint).filter(|r| Instant::now() < r.until)?;
+        // Set the answer's clock so that its durations are what is left now.
+        let left = remembered.until.saturating_duration_since(Instant::now());
+        let now = latest_retry(&remembered.checked)? - chrono::TimeDelta::from_std(left).unwrap_or_default();
         Some(Checked { now, ..remembered.checked.clone() })
     }
 
     fn remember(&self, fingerprint: u64, checked: &Checked) {
-        let denying = checked.buckets.iter().filter(|b| !b.allowed);
-        let Some(until) = denying.map(|b| b.retry_at.unwrap_or(b.reset_at)).max() else { return };
+        let Some(retry) = latest_retry(checked) else { return };
+        let Ok(wait) = (retry - checked.now).to_std() else { return };
+        let until = Instant::now() + wait;
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= self.capacity {
-            let now = Utc::now();
-            entries.retain(|_, r| now < r.until);
-            if entries.len() >= self.capacity {
+        if entries.map.len() >= self.capacity {
+            if entries.last_sweep.elapsed() < SWEEP_EVERY {
+                return;
+            }
+            let now = Instant::now();
+            entries.map.retain(|_, r| now < r.until);
+            entries.last_sweep = now;
+            if entries.map.len() >= self.capacity {
                 return;
             }
         }
-        entries.insert(fingerprint, Remembered { until, checked: checked.clone() });
+        entries.map.insert(fingerprint, Remembered { until, checked: checked.clone() });
     }
+}
+
+/// The latest retry time among the denying buckets: the check cannot pass
+/// before it, whatever else happens.
+fn latest_retry(checked: &Checked) -> Option<DateTime<Utc>> {
+    checked.buckets.iter().filter(|b| !b.allowed).map(|b| b.retry_at.unwrap_or(b.reset_at)).max()
 }
 
 impl<S: Store> Store for DenyCache<S> {
@@ -71,7 +100,7 @@ impl<S: Store> Store for DenyCache<S> {
             return self.inner.check(batch).await;
         }
         let fingerprint = fingerprint(batch);
-        if let Some(checked) = self.recall(fingerprint, Utc::now()) {
+        if let Some(checked) = self.recall(fingerprint) {
             return Ok(checked);
         }
         let checked = self.inner.check(batch).await?;
@@ -83,6 +112,10 @@ impl<S: Store> Store for DenyCache<S> {
 
     async fn probe(&self) -> Result<(), StoreError> {
         self.inner.probe().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
     }
 }
 

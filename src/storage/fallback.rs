@@ -1,7 +1,8 @@
 //! Serve from the primary store; while it is unreachable, from memory.
 //!
 //! "Unreachable" means a connection-level failure, or no progress: no
-//! primary call has completed for `timeout`. The first such failure trips
+//! primary call has completed for `timeout` and Postgres does not answer a
+//! ping on a fresh connection either. The first such failure trips
 //! the instance into fallback (one `warn` line) and starts one background
 //! probe; until the probe succeeds, checks go straight to the fallback
 //! instead of each waiting out a timeout. Recovery is logged once (`info`).
@@ -39,6 +40,8 @@ struct Inner<P, M> {
     timeout: Duration,
     probe_every: Duration,
     degraded: AtomicBool,
+    /// One liveness ping at a time, however many checks are waiting.
+    pinging: AtomicBool,
     epoch: Instant,
     /// Milliseconds since `epoch` when a primary call last completed.
     last_progress_ms: AtomicU64,
@@ -61,6 +64,7 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
             timeout,
             probe_every,
             degraded: AtomicBool::new(false),
+            pinging: AtomicBool::new(false),
             epoch: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
             next_warn_ms: AtomicU64::new(0),
@@ -89,7 +93,7 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
             let waiting_since = self.now_ms();
             let Ok(result) = tokio::time::timeout(self.inner.timeout, &mut call).await else {
                 let progressing = self.inner.last_progress_ms.load(Ordering::Acquire) >= waiting_since;
-                if !progressing {
+                if self.is_degraded() || (!progressing && !self.answers_a_ping().await) {
                     return Err(StoreError::Unreachable(format!(
                         "no answer from postgres for {:?}",
                         self.inner.timeout
@@ -107,6 +111,23 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
             }
             return result;
         }
+    }
+
+    /// Nothing has completed for a whole timeout: on a quiet instance that
+    /// may be one call waiting for a row another instance holds, not an
+    /// outage. One waiting check asks Postgres directly; a success counts as
+    /// progress for every waiting check. The others keep waiting meanwhile.
+    async fn answers_a_ping(&self) -> bool {
+        if self.inner.pinging.swap(true, Ordering::AcqRel) {
+            return true; // someone is asking; decide on the next round
+        }
+        let alive =
+            matches!(tokio::time::timeout(self.inner.timeout, self.inner.primary.ping()).await, Ok(Ok(())));
+        if alive {
+            self.inner.last_progress_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
+        }
+        self.inner.pinging.store(false, Ordering::Release);
+        alive
     }
 
     fn trip(&self, error: &StoreError) {
@@ -172,6 +193,10 @@ impl<P: Store, M: Store> Store for FallbackStore<P, M> {
 
     async fn probe(&self) -> Result<(), StoreError> {
         self.inner.primary.probe().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.primary.ping().await
     }
 }
 

@@ -81,6 +81,10 @@ impl Store for MemoryStore {
     async fn probe(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 fn insert_bounded(map: &mut HashMap<Key, State>, key: Key, state: State, now_us: i64, cap: usize) {

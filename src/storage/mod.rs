@@ -151,6 +151,9 @@ pub trait Store: Send + Sync + 'static {
     /// Decides every bucket of `batch` at once, all or nothing.
     fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Checked, StoreError>> + Send;
 
-    /// Succeeds once the store can answer checks again.
+    /// Succeeds once the store can answer checks again (and prepares it to).
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Succeeds if the store answers at all; changes nothing.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

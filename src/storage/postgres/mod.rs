@@ -157,26 +157,38 @@ impl PgStore {
     }
 }
 
-/// Makes the counters table UNLOGGED or logged as configured, if it is not
-/// already. UNLOGGED skips the write-ahead log: writes are cheaper, but
-/// PostgreSQL empties the table after a crash and does not replicate it, so
-/// every counter restarts from zero after a crash or a failover.
+/// Makes the counters table UNLOGGED or logged as configured. UNLOGGED
+/// skips the write-ahead log: writes are cheaper, but PostgreSQL empties the
+/// table after a crash and does not replicate it, so every counter restarts
+/// from zero after a crash or a failover.
+///
+/// Switching rewrites the table under an exclusive lock, which would stall
+/// every instance's checks; so it is done here only while the table is
+/// empty (a new install). Otherwise start-up stops and says what to run:
+/// an operator's decision, at a quiet moment, and not a flip-flop between
+/// instances of a rolling deploy that disagree.
 async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), sqlx::Error> {
-    let (persistence,): (i8,) = sqlx::query_as(
-        "SELECT relpersistence::\"char\" FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
+    let (persistence, empty): (i8, bool) = sqlx::query_as(
+        "SELECT relpersistence::\"char\", NOT EXISTS (SELECT 1 FROM pglimit_buckets)
+         FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
     )
     .fetch_one(&mut *conn)
     .await?;
-    let is_unlogged = persistence as u8 == b'u';
-    if is_unlogged == unlogged {
+    if (persistence as u8 == b'u') == unlogged {
         return Ok(());
     }
     let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
-    tracing::warn!(
-        to,
-        "changing the counters table's persistence (PGLIMIT_UNLOGGED); this rewrites the table"
-    );
-    sqlx::query(&format!("ALTER TABLE pglimit_buckets SET {to}")).execute(&mut *conn).await?;
+    let alter = format!("ALTER TABLE pglimit_buckets SET {to}");
+    if !empty {
+        let msg = format!(
+            "PGLIMIT_UNLOGGED={unlogged} but the counters table holds counters and is not {to}: \
+             run `{alter}` at a quiet moment (it rewrites the table under an exclusive lock), \
+             or change PGLIMIT_UNLOGGED"
+        );
+        return Err(sqlx::Error::Configuration(msg.into()));
+    }
+    tracing::info!(to, "setting the (empty) counters table's persistence from PGLIMIT_UNLOGGED");
+    sqlx::query(&alter).execute(&mut *conn).await?;
     Ok(())
 }
 
@@ -191,10 +203,17 @@ impl Store for PgStore {
     /// will reconnect before its next check, so no connection from before an
     /// outage is reused.
     async fn probe(&self) -> Result<(), StoreError> {
+        self.ping().await?;
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A fresh connection and `SELECT 1`: the lanes' connections may all be
+    /// busy (or dead), so they cannot tell.
+    async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.shared.open().await.map_err(classify)?;
         sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
         let _ = conn.close().await;
-        self.shared.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 }
@@ -245,18 +264,26 @@ fn timed_out(what: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
 }
 
-/// Connection-level failures mean Postgres is away for everyone; an error
-/// the server answered with concerns this batch only.
+/// Connection-level failures mean Postgres is away for everyone; anything
+/// else (an error the server answered with, a row we could not decode)
+/// concerns this batch only and must not switch the whole instance to memory.
 fn classify(e: sqlx::Error) -> StoreError {
     let server_going_away = |code: &str| {
         // 08: connection exception, 53: insufficient resources,
         // 57P: shutdown, crash, starting up (not 57014, a statement timeout).
         ["08", "53", "57P"].iter().any(|class| code.starts_with(class))
     };
-    match &e {
-        sqlx::Error::Database(db) if !db.code().is_some_and(|c| server_going_away(&c)) => {
-            StoreError::Failed(e.to_string())
+    let unreachable = match &e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| server_going_away(&c)),
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            true
         }
-        _ => StoreError::Unreachable(e.to_string()),
+        sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    if unreachable {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        StoreError::Failed(e.to_string())
     }
 }

@@ -23,29 +23,32 @@ pub const GENERAL: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5,
 /// A denied row's figures are read from the statement's snapshot; if another
 /// instance changed the row between that snapshot and our lock, they may be
 /// a moment old (the decision itself is made on the locked row). `remaining`
-/// is capped below the cost so that it never contradicts the denial.
+/// is capped below the cost so that it never contradicts the denial, and a
+/// row another instance created after our snapshot (so absent from it) is
+/// reported as full until a window from now.
 pub const FIXED_DISTINCT: &str = "
 WITH req AS (
     SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), up AS (
     INSERT INTO pglimit_buckets AS b (key, count, reset_at, prev_count)
-    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req ORDER BY key
+    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req WHERE cost <= lim ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN b.reset_at <= coalesce($5::timestamptz, now())
                           THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
         reset_at   = CASE WHEN b.reset_at <= coalesce($5::timestamptz, now())
                           THEN EXCLUDED.reset_at ELSE b.reset_at END,
         prev_count = 0
-    WHERE b.reset_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count
+    WHERE (b.reset_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
+      AND EXCLUDED.count <= EXCLUDED.prev_count
     RETURNING b.key, b.count, b.reset_at
 )
 SELECT r.pos,
        u.key IS NOT NULL,
        CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
-            ELSE greatest(0, least(r.lim - s.count, r.cost - 1)) END,
-       coalesce(u.reset_at, s.reset_at),
-       CASE WHEN u.key IS NULL THEN s.reset_at END,
+            ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END,
+       coalesce(u.reset_at, s.reset_at, r.at + r.win * interval '1 millisecond'),
+       CASE WHEN u.key IS NULL THEN coalesce(s.reset_at, r.at + r.win * interval '1 millisecond') END,
        r.at
 FROM req r
 LEFT JOIN up u ON u.key = r.key
