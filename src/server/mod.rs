@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/check", post(check::check))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -69,6 +70,14 @@ async fn readyz(State(state): State<AppState>) -> Json<Value> {
     let degraded = state.limiter.store().inner().is_degraded();
     let store = if degraded { "memory" } else { "postgres" };
     Json(json!({ "status": "ready", "store": store, "degraded": degraded }))
+}
+
+/// The OpenAPI 3.1 description of this API, kept true by `tests/openapi.rs`
+/// and by a schemathesis run against the live service (`faults/fuzz-api`).
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 async fn not_found(uri: Uri) -> Error {
