@@ -6,10 +6,11 @@
 //! database they already have.
 //!
 //! A check names a policy (several buckets checked together, all or nothing)
-//! or an ad hoc key. It is decided in one round trip by one SQL function that
-//! locks the buckets' rows in key order, so concurrent checks from any number
-//! of instances never admit more than the limit. When Postgres is unreachable,
-//! each instance answers from memory until it returns.
+//! or an ad hoc key. Concurrent checks are batched: one round trip and one
+//! transaction decide a whole batch, locking the buckets' rows in key order,
+//! so concurrent checks from any number of instances never admit more than
+//! the limit. When Postgres is unreachable, each instance answers from memory
+//! until it returns.
 //!
 //! ## Layout
 //!
@@ -17,7 +18,9 @@
 //! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
 //! - [`algorithm`]: fixed window, sliding window, sliding log, token bucket, as pure functions.
 //! - [`limiter`]: request → buckets (keys are HMACs, see [`limiter::bucket_key`]) → [`limiter::Decision`].
-//! - [`storage`]: the [`storage::Store`] trait; Postgres, memory and fallback stores.
+//! - [`storage`]: the [`storage::Store`] trait; the Postgres store (lanes that
+//!   batch concurrent checks), the memory store, the fallback that switches
+//!   between them, and the cache of denials.
 //! - [`server`]: the router, [`server::AppState`], headers, auth, `serve`.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
 //! - [`app`]: assembling a [`app::Service`] from a config.
