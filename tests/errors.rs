@@ -172,3 +172,17 @@ async fn health_and_readiness_answer() {
     assert_eq!(reply.body["store"], "postgres");
     assert_eq!(reply.body["degraded"], false);
 }
+
+#[tokio::test]
+async fn header_injection_in_keys_and_identifiers_goes_nowhere() {
+    let app = app().await;
+    let reply = common::check(&app, json!({ "key": "k\r\nX-Injected: 1", "limit": 5, "window": "1h" })).await;
+    assert_eq!(reply.status, StatusCode::OK, "a key is any string: it is hashed, never echoed");
+    assert!(reply.headers.get("x-injected").is_none());
+    assert!(!reply.body.to_string().contains("X-Injected"));
+    let sneaky = json!({ "policy": "login", "identifiers": { "email": "a@example.com\r\nX-Injected: 1", "ip": "1.2.3.4" } });
+    let reply = common::check(&app, sneaky).await;
+    assert_problem(&reply, StatusCode::BAD_REQUEST, Some("identifiers.email"));
+    assert!(reply.headers.get("x-injected").is_none());
+    assert!(!reply.body.to_string().contains("X-Injected"), "the value is not echoed back");
+}

@@ -226,3 +226,58 @@ fn a_database_url_without_a_shared_secret_is_a_start_up_error() {
     assert!(!ok);
     assert!(stderr.contains("PGLIMIT_KEY_SECRET") && stderr.contains("same secret"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap();
+    let dir = temp_dir("drain");
+    let url = cluster.url();
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let service = start(&envs, &dir);
+    let endpoint = format!("http://{}/check", service.addr);
+    let body = json!({ "key": "drain", "limit": 1_000_000_000u64, "window": "1h" });
+
+    // 16 clients send checks back to back until the service goes away.
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (endpoint, body) = (endpoint.clone(), body.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut admitted = 0u64;
+                while let Ok(reply) = client.post(&endpoint).json(&body).send().await {
+                    let status = reply.status().as_u16();
+                    let decision: Value = reply.json().await.expect("a whole JSON answer");
+                    assert_eq!((status, decision["store"].as_str()), (200, Some("postgres")));
+                    admitted += 1;
+                }
+                admitted
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = tokio::task::spawn_blocking(move || service.terminate()).await.unwrap();
+    let mut answered = 0;
+    for client in clients {
+        answered += client.await.expect("client");
+    }
+    assert!(answered > 100, "only {answered} checks answered before SIGTERM");
+
+    // Every check Postgres counted was answered, and none twice.
+    let secret = pglimit::limiter::KeySecret::new(common::SECRET).expect("secret");
+    let scope = pglimit::limiter::KeyScope::AdHoc {
+        key: "drain",
+        algorithm: pglimit::algorithm::Algorithm::FixedWindow,
+    };
+    let key = pglimit::limiter::bucket_key(&secret, &scope);
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(key.as_slice())
+        .fetch_one(&pool)
+        .await
+        .expect("the drain bucket");
+    pool.close().await;
+    assert_eq!(counted as u64, answered, "counted in postgres vs answered over HTTP");
+    assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(dir);
+}
