@@ -179,3 +179,51 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
     }
     assert!(!a.limiter.store().inner().is_degraded() && !b.limiter.store().inner().is_degraded());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instance() {
+    let url = fresh_database().await;
+    // lock_timeout is 18 x the DB timeout: 1.8 s here.
+    let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", "100")]).await;
+    let stuck = json!({ "key": "stuck", "limit": 100, "window": "1h" });
+    assert_eq!(check(&app, stuck.clone()).await.body["store"], "postgres");
+
+    // Another client takes the row and sits on it.
+    let secret = pglimit::limiter::KeySecret::new(common::SECRET).expect("secret");
+    let scope = pglimit::limiter::KeyScope::AdHoc {
+        key: "stuck",
+        algorithm: pglimit::algorithm::Algorithm::FixedWindow,
+    };
+    let key = pglimit::limiter::bucket_key(&secret, &scope);
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
+        .bind(key.as_slice())
+        .execute(&mut *holder)
+        .await
+        .expect("lock the row");
+
+    let started = std::time::Instant::now();
+    let blocked = {
+        let (app, stuck) = (app.clone(), stuck.clone());
+        tokio::spawn(async move { check(&app, stuck).await })
+    };
+    // Unrelated keys are still decided by Postgres (those queued on the
+    // stuck check's lane wait for its lock_timeout; the others do not).
+    for i in 0..40 {
+        let reply = check(&app, json!({ "key": format!("free-{i}"), "limit": 5, "window": "1h" })).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+    }
+    let reply = blocked.await.unwrap();
+    let waited = started.elapsed();
+    // The stuck check gave up at lock_timeout and was answered by the fallback...
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body["degraded"], true);
+    assert!(waited < std::time::Duration::from_secs(6), "waited {waited:?}");
+    // ...without switching the instance away from Postgres.
+    assert!(!app.limiter.store().inner().is_degraded());
+
+    holder.rollback().await.expect("release");
+    pool.close().await;
+    assert_eq!(check(&app, stuck).await.body["store"], "postgres");
+}
