@@ -186,3 +186,14 @@ async fn header_injection_in_keys_and_identifiers_goes_nowhere() {
     assert!(reply.headers.get("x-injected").is_none());
     assert!(!reply.body.to_string().contains("X-Injected"), "the value is not echoed back");
 }
+
+#[tokio::test]
+async fn an_identifier_given_twice_is_refused() {
+    let app = app().await;
+    let body = r#"{"policy":"login","identifiers":{"email":"a@example.com","ip":"1.2.3.4","email":"b@example.com"}}"#;
+    let reply = post_raw(&app, body, None).await;
+    assert_problem(&reply, StatusCode::BAD_REQUEST, Some("identifiers"));
+    assert!(reply.body["detail"].as_str().unwrap().contains("given twice"));
+    let body = r#"{"key":"k","limit":5,"window":"1h","limit":500}"#;
+    assert_eq!(post_raw(&app, body, None).await.status, StatusCode::BAD_REQUEST, "a field given twice too");
+}

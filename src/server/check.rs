@@ -43,6 +43,7 @@ fn respond(decision: Decision) -> Response {
 #[serde(deny_unknown_fields)]
 struct CheckBody {
     policy: Option<String>,
+    #[serde(default, deserialize_with = "unique_keys")]
     identifiers: Option<BTreeMap<String, String>>,
     key: Option<String>,
     limit: Option<u64>,
@@ -121,4 +122,33 @@ fn deserialize(body: &[u8]) -> Result<CheckBody, Error> {
     })?;
     de.end().map_err(|e| Error::MalformedJson(e.to_string()))?;
     Ok(raw)
+}
+
+/// Identifiers as a map that refuses a name given twice: JSON allows
+/// duplicate keys, and silently keeping the last would let a caller send
+/// one value to a validating proxy and another to pglimit.
+fn unique_keys<'de, D: serde::Deserializer<'de>>(
+    de: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of identifier names to strings")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((name, value)) = map.next_entry::<String, String>()? {
+                if out.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!("identifier {name:?} is given twice")));
+                }
+                out.insert(name, value);
+            }
+            Ok(Some(out))
+        }
+    }
+    de.deserialize_any(Unique)
 }
