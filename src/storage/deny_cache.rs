@@ -43,6 +43,8 @@ struct Remembered {
     /// database's `retry_at - now` added to the moment we heard it, so a
     /// clock difference between the hosts cannot stretch it.
     until: Instant,
+    /// The database's `retry_at` that `until` stands for.
+    retry: DateTime<Utc>,
     checked: Checked,
 }
 
@@ -64,7 +66,7 @@ impl<S: Store> DenyCache<S> {
         let remembered = entries.map.get(&fingerprint).filter(|r| Instant::now() < r.until)?;
         // Set the answer's clock so that its durations are what is left now.
         let left = remembered.until.saturating_duration_since(Instant::now());
-        let now = latest_retry(&remembered.checked)? - chrono::TimeDelta::from_std(left).unwrap_or_default();
+        let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
         Some(Checked { now, ..remembered.checked.clone() })
     }
 
@@ -84,7 +86,7 @@ impl<S: Store> DenyCache<S> {
                 return;
             }
         }
-        entries.map.insert(fingerprint, Remembered { until, checked: checked.clone() });
+        entries.map.insert(fingerprint, Remembered { until, retry, checked: checked.clone() });
     }
 }
 

@@ -19,6 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
+use super::fallback::OVERLOAD_FACTOR;
 use super::{CheckBatch, Checked, Store, StoreError};
 use lane::{lane, Job};
 
@@ -219,11 +220,8 @@ impl Store for PgStore {
 }
 
 impl Shared {
-    /// How long a lane waits on the server before it drops the connection.
-    /// Longer than the caller's budget: the fallback decides what the caller
-    /// gets; this only frees a lane stuck on a dead or paused server.
     fn hard_limit(&self) -> Duration {
-        (self.options.timeout * 20).max(Duration::from_secs(2))
+        hard_limit(self.options.timeout)
     }
 
     async fn open(&self) -> Result<PgConnection, sqlx::Error> {
@@ -242,7 +240,7 @@ impl Shared {
 /// wait for a hot row is normal under load and must not fail checks early
 /// (a failed check is answered by the fallback, which is not exact).
 fn with_session_settings(connect: PgConnectOptions, timeout: Duration) -> PgConnectOptions {
-    let hard_ms = (timeout * 20).as_millis().max(2000);
+    let hard_ms = hard_limit(timeout).as_millis();
     let lock_ms = hard_ms * 9 / 10;
     let statement_ms = hard_ms * 9 / 10;
     connect.options([
@@ -258,6 +256,15 @@ fn with_session_settings(connect: PgConnectOptions, timeout: Duration) -> PgConn
         ("lock_timeout", lock_ms.to_string()),
         ("statement_timeout", statement_ms.to_string()),
     ])
+}
+
+/// How long a lane waits on the server before it drops the connection: as
+/// long as a caller may wait while Postgres is busy ([`OVERLOAD_FACTOR`] ×
+/// the timeout), so a lane never abandons a call its caller still awaits.
+/// The fallback decides what the caller gets; this only frees a lane stuck
+/// on a dead or paused server.
+fn hard_limit(timeout: Duration) -> Duration {
+    (timeout * OVERLOAD_FACTOR).max(Duration::from_secs(2))
 }
 
 fn timed_out(what: &str) -> sqlx::Error {
