@@ -189,12 +189,7 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     assert_eq!(check(&app, stuck.clone()).await.body["store"], "postgres");
 
     // Another client takes the row and sits on it.
-    let secret = pglimit::limiter::KeySecret::new(common::SECRET).expect("secret");
-    let scope = pglimit::limiter::KeyScope::AdHoc {
-        key: "stuck",
-        algorithm: pglimit::algorithm::Algorithm::FixedWindow,
-    };
-    let key = pglimit::limiter::bucket_key(&secret, &scope);
+    let key = common::adhoc_key("stuck");
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let mut holder = pool.begin().await.expect("begin");
     sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")

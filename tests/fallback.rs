@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, instance, unique, with_database};
+use common::{check, instance, unique, wait_for_postgres};
 use pglimit::pg_cluster::{Cluster, StopMode};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -25,12 +25,7 @@ async fn cluster() -> &'static Cluster {
 }
 
 async fn database() -> String {
-    let admin = cluster().await.url();
-    let name = format!("f_{:016x}", rand::random::<u64>());
-    let pool = sqlx::PgPool::connect(&admin).await.expect("connect");
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create database");
-    pool.close().await;
-    with_database(&admin, &name)
+    common::create_database(&cluster().await.url()).await
 }
 
 async fn stop(mode: StopMode) {
@@ -57,15 +52,6 @@ fn signal_all(signal: &str) {
     assert!(status.success());
 }
 
-async fn wait_for_postgres(app: &pglimit::AppState) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while app.limiter.store().inner().is_degraded() {
-        assert!(Instant::now() < deadline, "did not return to postgres");
-        check(app, json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 })).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_fall_back_to_memory_while_postgres_is_stopped_and_return_after() {
     let _serial = SERIAL.lock().await;
@@ -89,7 +75,7 @@ async fn checks_fall_back_to_memory_while_postgres_is_stopped_and_return_after()
     assert_eq!(reply.body["store"], "memory");
 
     restart().await;
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
     let reply = check(&app, body.clone()).await;
     assert_eq!(reply.body["store"], "postgres");
     assert_eq!(reply.body["degraded"], false);
@@ -121,7 +107,7 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
     let elapsed = started.elapsed();
     signal_all("CONT");
     assert!(elapsed < Duration::from_secs(2), "50 degraded checks took {elapsed:?}");
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +156,7 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
         assert_eq!(reply.header("content-type"), "application/problem+json");
     }
     restart().await;
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
     assert_eq!(
         check(&app, closed).await.status,
         StatusCode::TOO_MANY_REQUESTS,
@@ -198,5 +184,5 @@ async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
         assert_eq!(allowed, 4, "{algorithm}");
     }
     restart().await;
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, unique, with_database};
+use common::{check, unique, wait_for_postgres};
 use pglimit::pg_cluster::Cluster;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -88,23 +88,10 @@ impl Proxy {
 /// A cluster, a database on it, and a proxy in front of it.
 async fn setup() -> (Cluster, Proxy, String) {
     let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap();
-    let admin = cluster.url();
-    let pool = sqlx::PgPool::connect(&admin).await.expect("connect");
-    sqlx::query("CREATE DATABASE proxied").execute(&pool).await.expect("database");
-    pool.close().await;
+    let direct = common::create_database(&cluster.url()).await;
     let proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], cluster.port()))).await;
-    let via_proxy = with_database(&admin, "proxied")
-        .replace(&format!(":{}/", cluster.port()), &format!(":{}/", proxy.addr.port()));
+    let via_proxy = direct.replace(&format!(":{}/", cluster.port()), &format!(":{}/", proxy.addr.port()));
     (cluster, proxy, via_proxy)
-}
-
-async fn wait_for_postgres(app: &pglimit::AppState) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while app.limiter.store().inner().is_degraded() {
-        assert!(Instant::now() < deadline, "did not return to postgres");
-        check(app, json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 })).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +117,7 @@ async fn a_black_holed_path_is_detected_by_timeout_and_every_answer_stays_bounde
     assert!(started.elapsed() < Duration::from_secs(2), "degraded checks wait for nothing");
 
     proxy.set(PASS);
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(20)).await;
     // The count stored before the black hole is still in force.
     assert_eq!(check(&app, held.clone()).await.body["remaining"], 1);
 }
@@ -152,7 +139,7 @@ async fn a_cut_path_falls_back_at_once_and_recovers() {
     }
     assert!(started.elapsed() < Duration::from_secs(2), "a refused connection is an outage at once");
     proxy.set(PASS);
-    wait_for_postgres(&app).await;
+    wait_for_postgres(&app, Duration::from_secs(20)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,12 +263,7 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
     assert!(answered > 100, "only {answered} checks answered before SIGTERM");
 
     // Every check Postgres counted was answered, and none twice.
-    let secret = pglimit::limiter::KeySecret::new(common::SECRET).expect("secret");
-    let scope = pglimit::limiter::KeyScope::AdHoc {
-        key: "drain",
-        algorithm: pglimit::algorithm::Algorithm::FixedWindow,
-    };
-    let key = pglimit::limiter::bucket_key(&secret, &scope);
+    let key = common::adhoc_key("drain");
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
         .bind(key.as_slice())

@@ -36,11 +36,34 @@ fn admin_url() -> String {
 /// A URL for a new, empty database on the shared server.
 pub async fn fresh_database() -> String {
     let admin = tokio::task::spawn_blocking(admin_url).await.expect("cluster start-up");
+    create_database(&admin).await
+}
+
+/// Creates a new, empty database on the server of `admin`; returns its URL.
+pub async fn create_database(admin: &str) -> String {
     let name = format!("t_{:016x}", rand::random::<u64>());
-    let pool = sqlx::PgPool::connect(&admin).await.expect("connect to the test server");
+    let pool = sqlx::PgPool::connect(admin).await.expect("connect to the test server");
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create a test database");
     pool.close().await;
-    with_database(&admin, &name)
+    with_database(admin, &name)
+}
+
+/// Waits until `app` serves from Postgres again, sending peeks meanwhile.
+pub async fn wait_for_postgres(app: &AppState, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while app.limiter.store().inner().is_degraded() {
+        assert!(std::time::Instant::now() < deadline, "did not return to postgres");
+        check(app, serde_json::json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 }))
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The stored key of the fixed-window ad hoc key `name`, under [`SECRET`].
+pub fn adhoc_key(name: &str) -> pglimit::storage::Key {
+    let secret = pglimit::limiter::KeySecret::new(SECRET).expect("secret");
+    let algorithm = pglimit::algorithm::Algorithm::FixedWindow;
+    pglimit::limiter::bucket_key(&secret, &pglimit::limiter::KeyScope::AdHoc { key: name, algorithm })
 }
 
 /// `url` with its database replaced by `name`.
