@@ -203,12 +203,16 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
         let (app, stuck) = (app.clone(), stuck.clone());
         tokio::spawn(async move { check(&app, stuck).await })
     };
-    // Unrelated keys are still decided by Postgres (those queued on the
-    // stuck check's lane wait for its lock_timeout; the others do not).
+    // Give the stuck check time to reach its row, so that its lane counts
+    // as stalled (checks batched with it share its fate: see the README).
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Unrelated keys go around the stalled lane: decided by Postgres, every
+    // one of them while the stuck check is still waiting for its lock.
     for i in 0..40 {
         let reply = check(&app, json!({ "key": format!("free-{i}"), "limit": 5, "window": "1h" })).await;
         assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
     }
+    assert!(!blocked.is_finished(), "the unrelated checks waited for the stuck one");
     let reply = blocked.await.unwrap();
     let waited = started.elapsed();
     // The stuck check gave up at lock_timeout and was answered by the fallback...

@@ -7,8 +7,9 @@
 //! batch. The connection is owned, not pooled: a pool pings a connection each
 //! time it is returned, which would double the round trips.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
@@ -32,12 +33,41 @@ pub(super) struct Job {
 /// remaining, reset_at, retry_at, now.
 type Row = (i32, bool, i64, DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>);
 
+/// When a lane's current call started, for the router; 0 while idle.
+#[derive(Default)]
+pub(super) struct Busy {
+    since_us: AtomicU64,
+}
+
+impl Busy {
+    fn start(&self) {
+        self.since_us.store(elapsed_us().max(1), Ordering::Release);
+    }
+
+    fn stop(&self) {
+        self.since_us.store(0, Ordering::Release);
+    }
+
+    /// Whether a call has been running for longer than `after`.
+    pub fn stalled(&self, after: Duration) -> bool {
+        let since = self.since_us.load(Ordering::Acquire);
+        since != 0 && elapsed_us().saturating_sub(since) > after.as_micros() as u64
+    }
+}
+
+fn elapsed_us() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
 pub(super) async fn lane(
     shared: Arc<Shared>,
     mut queue: mpsc::Receiver<Job>,
     mut conn: Option<(PgConnection, u64)>,
+    busy: Arc<Busy>,
 ) {
     while let Some(jobs) = next_batch(&mut queue).await {
+        busy.start();
         for group in by_clock(jobs) {
             match shared.run(&mut conn, &group).await {
                 Ok(answers) => {
@@ -49,6 +79,7 @@ pub(super) async fn lane(
                 }
             }
         }
+        busy.stop();
     }
 }
 

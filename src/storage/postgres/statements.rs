@@ -26,6 +26,12 @@ pub const GENERAL: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5,
 /// is capped below the cost so that it never contradicts the denial, and a
 /// row another instance created after our snapshot (so absent from it) is
 /// reported as full until a window from now.
+///
+/// That read of a denied row sits in a LATERAL subquery that cannot be
+/// flattened (`OFFSET 0`), so `u.key IS NULL` becomes a one-time filter and
+/// the index scan never runs for an admitted row. As a plain join condition
+/// it ran for every row (the filter was applied after the scan), which cost
+/// an index lookup and often a WAL record for pruning the page just updated.
 pub const FIXED_DISTINCT: &str = "
 WITH req AS (
     SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
@@ -52,7 +58,9 @@ SELECT r.pos,
        r.at
 FROM req r
 LEFT JOIN up u ON u.key = r.key
-LEFT JOIN pglimit_buckets s ON u.key IS NULL AND s.key = r.key
+LEFT JOIN LATERAL (
+    SELECT s.count, s.reset_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
+) s ON true
 ORDER BY r.pos";
 
 /// Whether [`FIXED_DISTINCT`] can decide these jobs exactly.
