@@ -130,9 +130,10 @@ const SYSTEMS = {
   ceiling: 'HTTP ceiling (axum, no store)',
   pglimit: '**pglimit**',
   rlflex: 'rate-limiter-flexible (Node, pg)',
+  runlimit: 'runlimit-postgres (Rust, sqlx)',
 };
 const scenarioOrder = ['allow-random', 'allow-hot', 'deny', 'deny-inmemory-block'];
-const systemOrder = ['raw-pg', 'ceiling', 'pglimit', 'rlflex'];
+const systemOrder = ['raw-pg', 'ceiling', 'pglimit', 'rlflex', 'runlimit'];
 const group = (s) => (s.startsWith('deny') ? 2 : scenarioOrder.indexOf(s));
 records.sort((a, b) => group(a.scenario) - group(b.scenario) || a.concurrency - b.concurrency
   || systemOrder.indexOf(a.system) - systemOrder.indexOf(b.system)
@@ -142,13 +143,15 @@ const ms = (us) => (Number.isFinite(us) ? (us / 1000).toFixed(2) : '');
 const int = (n) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '');
 const rows = [];
 rows.push('| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision '
-  + '| Postgres ms / statement | × raw Postgres | × HTTP ceiling | × rate-limiter-flexible | check |');
-rows.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  + '| Postgres ms / statement | × raw Postgres | × HTTP ceiling | × rate-limiter-flexible '
+  + '| × runlimit-postgres | check |');
+rows.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
 for (const r of records) {
-  const http = r.system === 'pglimit' || r.system === 'rlflex';
+  const http = r.system === 'pglimit' || r.system === 'rlflex' || r.system === 'runlimit';
   const rawShape = r.scenario === 'allow-random' || r.scenario === 'allow-hot';
   const vsRaw = http && rawShape ? ratio(r, find('raw-pg', r.scenario, r.concurrency)) : '';
   const vsCeiling = http ? ratio(r, find('ceiling', 'allow-random', r.concurrency)) : '';
+  const vsRunlimit = r.system === 'pglimit' ? ratio(r, find('runlimit', r.scenario, r.concurrency)) : '';
   let vsPeer = '';
   if (r.system === 'pglimit') {
     vsPeer = ratio(r, find('rlflex', r.scenario, r.concurrency));
@@ -162,7 +165,7 @@ for (const r of records) {
   rows.push(`| ${SYSTEMS[r.system] || r.system} | ${SCENARIOS[r.scenario] || r.scenario} | ${r.concurrency} `
     + `| ${int(r.rps)} | ${ms(r.p50_us)} | ${ms(r.p99_us)} | ${perDecision} `
     + `| ${Number.isFinite(r.execMsPerStatement) ? r.execMsPerStatement.toFixed(3) : ''} `
-    + `| ${vsRaw} | ${vsCeiling} | ${vsPeer} | ${r.problems.length ? r.problems.join('; ') : 'ok'} |`);
+    + `| ${vsRaw} | ${vsCeiling} | ${vsPeer} | ${vsRunlimit} | ${r.problems.length ? r.problems.join('; ') : 'ok'} |`);
 }
 const table = rows.join('\n');
 
@@ -176,27 +179,33 @@ wrk and pgbench with ${meta.threads} threads)
 logged tables, otherwise default settings
 - pglimit ${meta.commit}, ${meta.rustc}, release build, default settings (4 lanes, cleanup rate 0.01)
 - rate-limiter-flexible ${meta.rlflex} (RateLimiterPostgres, pg ${meta.pg_npm}, pool of 16), Node ${meta.node}, one process
+- runlimit-postgres ${meta.runlimit} (PostgresLimiter, its migrations in a database of its own, default \
+PostgresConfig, SQLx ${meta.runlimit_sqlx} pool of 16) behind axum, release build (\`bench/peer-runlimit/\`)
 - Load: wrk ${meta.wrk} with \`bench/check.lua\`, load generator, server and Postgres on the same machine
 
 ${table}
 
 - Peak RSS (VmHWM) of pglimit over all its measurements: ${mib(meta.pglimit_rss_kib)}; \
-of the rate-limiter-flexible server: ${mib(meta.rlflex_rss_kib)}.
+of the rate-limiter-flexible server: ${mib(meta.rlflex_rss_kib)}; \
+of the runlimit-postgres server: ${mib(meta.runlimit_rss_kib)}.
 - pglimit logged ${meta.pglimit_warnings || 0} warning or error lines; /readyz at the end: \`${meta.pglimit_readyz}\`.
 
 How to read it:
 - *requests/s* is decisions per second (pgbench: transactions per second, each one upsert). \
 p50 and p99 come from wrk's latency histogram, or from pgbench's per-transaction log.
-- *statements / decision*: top-level statements the bench database executed (pg_stat_statements, \
+- *statements / decision*: top-level statements the system's database executed (\`bench\`; \
+\`runlimit\` for the runlimit-postgres peer; pg_stat_statements, \
 reset before each measurement) divided by the requests the client counted; checks still in flight \
-when the client stopped, and pglimit's sampled cleanups, make it slightly above the true figure. \
+when the client stopped, pglimit's sampled cleanups and the runlimit peer's cleanup every 10 s make \
+it slightly above the true figure. \
 *Postgres ms / statement*: their mean execution time inside the server (pg_stat_statements \
 total_exec_time; excludes parsing, the network and the commit's WAL flush).
 - *× raw Postgres*: requests/s over pgbench's for the same key shape and client count; no raw \
 figure exists for the deny path. *× HTTP ceiling*: over the axum server that parses the same JSON \
 and answers a fixed body. *× rate-limiter-flexible*: pglimit over the peer in the same scenario \
 (for the deny path, also over the peer with \`inMemoryBlockOnConsumed\`, which answers repeat \
-offenders from memory).
+offenders from memory). *× runlimit-postgres*: pglimit over the runlimit-postgres peer in the \
+same scenario.
 - Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
 - *check*: \`ok\` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
 and a probe after the run answered as expected (for pglimit, decided by Postgres).
@@ -205,7 +214,7 @@ and a probe after the run answered as expected (for pglimit, decided by Postgres
 fs.writeFileSync(outFile, report);
 process.stdout.write(report);
 const failed = records.filter((r) => r.problems.length > 0);
-const expected = 4 * 1 + 1; // at least one measurement per system
+const expected = 5 * 1 + 1; // at least one measurement per system
 if (records.length < expected || failed.length > 0) {
   console.error(`bench/run: ${failed.length} measurement(s) with problems (see the check column)`);
   process.exit(1);
