@@ -19,10 +19,32 @@ struct Running {
     addr: String,
 }
 
-fn temp_dir(prefix: &str) -> PathBuf {
+/// A directory removed when dropped, so that a failed test cleans up too.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(prefix: &str) -> TempDir {
     let dir = std::env::temp_dir().join(common::unique(prefix));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+    TempDir(dir)
 }
 
 fn command(envs: &[(&str, &str)]) -> Command {
@@ -35,6 +57,12 @@ fn command(envs: &[(&str, &str)]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     cmd
+}
+
+/// A client that gives up on an answer after 30 s, so that a hung service
+/// fails the test instead of stalling it.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("HTTP client")
 }
 
 fn log_lines(log: &Path) -> Vec<Value> {
@@ -75,13 +103,22 @@ fn wait_for_listening(log: &Path) -> String {
 
 impl Running {
     async fn check(&self, body: Value) -> (u16, Value) {
-        let reply = reqwest::Client::new()
+        let reply = http_client()
             .post(format!("http://{}/check", self.addr))
             .json(&body)
             .send()
             .await
             .expect("reply");
         (reply.status().as_u16(), reply.json().await.expect("JSON body"))
+    }
+
+    /// Sends `body` until it is decided by Postgres again.
+    async fn wait_for_postgres(&self, body: &Value) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.check(body.clone()).await.1["store"] != "postgres" {
+            assert!(Instant::now() < deadline, "did not return to postgres");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Sends SIGTERM and waits for a clean exit.
@@ -112,6 +149,30 @@ impl Drop for Running {
     }
 }
 
+async fn throwaway_cluster() -> Cluster {
+    tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap()
+}
+
+async fn stop_cluster(cluster: Cluster, mode: StopMode) -> Cluster {
+    tokio::task::spawn_blocking(move || cluster.stop(mode).map(|()| cluster)).await.unwrap().expect("stop")
+}
+
+async fn restart_cluster(cluster: Cluster) -> Cluster {
+    tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster)).await.unwrap().expect("restart")
+}
+
+/// The count Postgres holds for the fixed-window ad hoc key `name`.
+async fn stored_count(url: &str, name: &str) -> u64 {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(common::adhoc_key(name).as_slice())
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("the bucket of {name}: {e}"));
+    pool.close().await;
+    counted as u64
+}
+
 /// Runs the binary to completion; returns (success, stderr).
 fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
     let out =
@@ -139,7 +200,6 @@ async fn zero_config_start_serves_from_a_private_postgres_and_keeps_counters_acr
     assert_eq!(service.check(body.clone()).await.0, 200);
     assert_eq!(service.check(body).await.0, 429);
     service.terminate();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,12 +215,11 @@ async fn with_nothing_configured_it_starts_in_dot_pglimit_of_the_working_directo
     assert!(dir.join(".pglimit/pg/PG_VERSION").exists());
     assert!(dir.join(".pglimit/key-secret").exists());
     service.terminate();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns() {
-    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap();
+    let cluster = throwaway_cluster().await;
     let dir = temp_dir("fallback-log");
     let url = cluster.url();
     let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
@@ -168,23 +227,13 @@ async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns
     let body = json!({ "key": "k", "limit": 1000, "window": "1h" });
     assert_eq!(service.check(body.clone()).await.1["store"], "postgres");
 
-    let cluster = tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast).map(|()| cluster))
-        .await
-        .unwrap()
-        .expect("stop");
+    let cluster = stop_cluster(cluster, StopMode::Fast).await;
     for _ in 0..30 {
         let (status, reply) = service.check(body.clone()).await;
         assert_eq!((status, reply["store"].as_str()), (200, Some("memory")));
     }
-    let cluster = tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster))
-        .await
-        .unwrap()
-        .expect("restart");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while service.check(body.clone()).await.1["store"] != "postgres" {
-        assert!(Instant::now() < deadline, "did not return to postgres");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let cluster = restart_cluster(cluster).await;
+    service.wait_for_postgres(&body).await;
     for _ in 0..10 {
         assert_eq!(service.check(body.clone()).await.1["store"], "postgres");
     }
@@ -196,7 +245,6 @@ async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns
     assert_eq!(warn.expect("warn line")["level"], "WARN");
     service.terminate();
     drop(cluster);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -206,7 +254,6 @@ fn without_server_binaries_it_exits_naming_the_package_and_the_alternative() {
         run_to_exit(&[("PGLIMIT_DATA_DIR", dir.to_str().unwrap()), ("PGLIMIT_PG_BIN", "/nonexistent")]);
     assert!(!ok);
     assert!(stderr.contains("apt-get install postgresql") && stderr.contains("DATABASE_URL"), "{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -229,7 +276,7 @@ fn a_database_url_without_a_shared_secret_is_a_start_up_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
-    let cluster = tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap();
+    let cluster = throwaway_cluster().await;
     let dir = temp_dir("drain");
     let url = cluster.url();
     let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
@@ -242,7 +289,7 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
         .map(|_| {
             let (endpoint, body) = (endpoint.clone(), body.clone());
             tokio::spawn(async move {
-                let client = reqwest::Client::new();
+                let client = http_client();
                 let mut admitted = 0u64;
                 while let Ok(reply) = client.post(&endpoint).json(&body).send().await {
                     let status = reply.status().as_u16();
@@ -263,16 +310,7 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
     assert!(answered > 100, "only {answered} checks answered before SIGTERM");
 
     // Every check Postgres counted was answered, and none twice.
-    let key = common::adhoc_key("drain");
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
-        .bind(key.as_slice())
-        .fetch_one(&pool)
-        .await
-        .expect("the drain bucket");
-    pool.close().await;
-    assert_eq!(counted as u64, answered, "counted in postgres vs answered over HTTP");
+    assert_eq!(stored_count(&url, "drain").await, answered, "counted in postgres vs answered over HTTP");
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
     drop(cluster);
-    let _ = std::fs::remove_dir_all(dir);
 }
