@@ -314,3 +314,133 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
     drop(cluster);
 }
+
+/// Which process serves now (0 or 1) and its address; `None` once the last
+/// has stopped.
+type Target = tokio::sync::watch::Receiver<Option<(usize, String)>>;
+
+/// Whole answers received and checks admitted, from one process.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    answered: u64,
+    admitted: u64,
+}
+
+/// What clients received from each of the two processes.
+#[derive(Debug, Default)]
+struct Tally([Counts; 2]);
+
+impl Tally {
+    fn add(&mut self, process: usize, admitted: bool) {
+        self.0[process].answered += 1;
+        self.0[process].admitted += u64::from(admitted);
+    }
+
+    fn merge(mut self, other: Tally) -> Tally {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
+            mine.answered += theirs.answered;
+            mine.admitted += theirs.admitted;
+        }
+        self
+    }
+}
+
+/// Sends `body` again and again, `pace` apart, to whichever process
+/// `target` names. A connection error means that process is gone (or not
+/// yet there): try the target again. Only whole answers count.
+async fn restart_client(target: Target, body: Value, pace: Duration) -> Tally {
+    let client = http_client();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut tally = Tally::default();
+    loop {
+        let current = target.borrow().clone();
+        let Some((process, addr)) = current else { return tally };
+        assert!(Instant::now() < deadline, "the restart test ran past its deadline");
+        let reply = match client.post(format!("http://{addr}/check")).json(&body).send().await {
+            Ok(reply) => reply,
+            Err(e) if e.is_timeout() => panic!("no answer from {addr} in 30 s"),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let status = reply.status().as_u16();
+        let decision: Value = reply.json().await.expect("a whole JSON answer");
+        assert_eq!(decision["store"], "postgres", "{decision}");
+        assert!(status == 200 || status == 429, "status {status}: {decision}");
+        tally.add(process, status == 200);
+        tokio::time::sleep(pace).await;
+    }
+}
+
+/// 16 clients back to back on a key that admits everything, and one on a
+/// key of limit 50, paced (at most ~40 checks in the first process's 1.5 s)
+/// so that its limit is reached in the second process.
+fn start_restart_clients(
+    target: &Target,
+) -> (Vec<tokio::task::JoinHandle<Tally>>, tokio::task::JoinHandle<Tally>) {
+    let big = json!({ "key": "restart-big", "limit": 1_000_000_000u64, "window": "1h" });
+    let busy =
+        (0..16).map(|_| tokio::spawn(restart_client(target.clone(), big.clone(), Duration::ZERO))).collect();
+    let small = json!({ "key": "restart-small", "limit": 50, "window": "1h" });
+    (busy, tokio::spawn(restart_client(target.clone(), small, Duration::from_millis(40))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_under_load_loses_no_count_counts_none_twice_and_keeps_limits() {
+    let cluster = throwaway_cluster().await;
+    let dir = temp_dir("restart");
+    let url = cluster.url();
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let first = start(&envs, &dir);
+    let (retarget, target) = tokio::sync::watch::channel(Some((0, first.addr.clone())));
+    let (busy, paced) = start_restart_clients(&target);
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let first_log = tokio::task::spawn_blocking(move || first.terminate()).await.unwrap();
+    // Meanwhile the clients keep trying the old address.
+    let second = tokio::task::block_in_place(|| start(&envs, &dir));
+    retarget.send_replace(Some((1, second.addr.clone())));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for_stored_count(&url, "restart-small", 50).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // a few denials
+    let second_log = tokio::task::spawn_blocking(move || second.terminate()).await.unwrap();
+    retarget.send_replace(None);
+
+    let mut big = Tally::default();
+    for client in busy {
+        big = big.merge(client.await.expect("client"));
+    }
+    let small = paced.await.expect("paced client");
+    assert_restart_lost_nothing(&url, &big, &small).await;
+    for log in [first_log, second_log] {
+        assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
+    }
+    drop(cluster);
+}
+
+/// Waits until Postgres holds `count` for the ad hoc key `name`.
+async fn wait_for_stored_count(url: &str, name: &str, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stored_count(url, name).await < count {
+        assert!(Instant::now() < deadline, "{name} never reached {count}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Both processes answered under load; Postgres counted exactly the checks
+/// answered (none lost in either shutdown, none counted twice); and the
+/// small key admitted exactly its limit, part in each process.
+async fn assert_restart_lost_nothing(url: &str, big: &Tally, small: &Tally) {
+    let [a, b] = big.0;
+    assert!(a.answered > 100 && b.answered > 100, "first {a:?}, second {b:?}");
+    assert!(a.admitted == a.answered && b.admitted == b.answered, "a limit of 10^9 denied");
+    let answered = a.answered + b.answered;
+    assert_eq!(stored_count(url, "restart-big").await, answered, "counted in postgres vs answered");
+
+    let [a, b] = small.0;
+    assert!(a.admitted > 0 && b.admitted > 0, "the limit was not shared: first {a:?}, second {b:?}");
+    assert_eq!(a.admitted + b.admitted, 50, "first {a:?}, second {b:?}");
+    assert!(b.answered > b.admitted, "the second process was never asked past the limit");
+    assert_eq!(stored_count(url, "restart-small").await, 50);
+}
