@@ -226,3 +226,122 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     pool.close().await;
     assert_eq!(check(&app, stuck).await.body["store"], "postgres");
 }
+
+/// Makes every write of the row `key` sleep on the server for a minute: a
+/// trigger, so the statement is slow without waiting for any lock.
+async fn make_writes_slow(pool: &sqlx::PgPool, key: &pglimit::storage::Key) {
+    sqlx::query(
+        "CREATE FUNCTION slow_write() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN PERFORM pg_sleep(60); RETURN NEW; END $$",
+    )
+    .execute(pool)
+    .await
+    .expect("create the trigger function");
+    let trigger = format!(
+        "CREATE TRIGGER slow_write BEFORE INSERT OR UPDATE ON pglimit_buckets FOR EACH ROW
+         WHEN (NEW.key = '\\x{}'::bytea) EXECUTE FUNCTION slow_write()",
+        hex::encode(key)
+    );
+    sqlx::query(&trigger).execute(pool).await.expect("create the trigger");
+}
+
+/// Backends of this database inside `pg_sleep` right now.
+async fn sleeping_backends(pool: &sqlx::PgPool) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event = 'PgSleep'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pg_stat_activity");
+    n
+}
+
+/// Waits until the slow check sleeps on the server, and a little longer so
+/// that its lane counts as stalled (checks queued behind it within those
+/// 5 ms would share its fate: see the README).
+async fn wait_until_sleeping(pool: &sqlx::PgPool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sleeping_backends(pool).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "the slow check never reached the server");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+}
+
+/// Checks new keys one after another until `waiting` is answered, each
+/// decided by Postgres; returns how many were sent meanwhile.
+async fn check_others_until(
+    app: &pglimit::AppState,
+    waiting: &tokio::task::JoinHandle<common::Reply>,
+) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut sent = 0;
+    while !waiting.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "the slow check was never answered");
+        let reply = check(app, json!({ "key": unique("other"), "limit": 5, "window": "1h" })).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+        sent += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statement_slow_on_the_server_is_cancelled_at_statement_timeout_and_fails_only_its_own_check() {
+    // statement_timeout is 0.9 x the lane hard limit, max(20 x 100 ms, 2 s):
+    // 1.8 s, inside the 2 s a check may wait. Not 50 ms: there the check's
+    // own budget (20 x 50 ms = 1 s) ends before statement_timeout, and the
+    // liveness ping (a fresh connection, about 50 ms in a debug build) fails.
+    let url = fresh_database().await;
+    let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", "100")]).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let slow_key = common::adhoc_key("slow");
+    make_writes_slow(&pool, &slow_key).await;
+
+    let started = std::time::Instant::now();
+    let slow = {
+        let app = app.clone();
+        tokio::spawn(async move { check(&app, json!({ "key": "slow", "limit": 100, "window": "1h" })).await })
+    };
+    wait_until_sleeping(&pool).await;
+    // Other keys go around the stalled lane, and their answers are the
+    // progress that tells the fallback Postgres is alive, not away.
+    let others = check_others_until(&app, &slow).await;
+    let reply = slow.await.unwrap();
+    let waited = started.elapsed();
+    assert_slow_check_was_cancelled(&pool, &slow_key, &reply, waited).await;
+    assert!(others > 10, "only {others} other checks while the slow one waited");
+    assert!(!app.limiter.store().inner().is_degraded(), "one slow statement switched the instance");
+    // The lane that ran it took the cancellation and carries on.
+    let after = check(&app, json!({ "key": unique("after"), "limit": 5, "window": "1h" })).await;
+    assert_eq!(after.body["store"], "postgres", "{}", after.body);
+    pool.close().await;
+}
+
+/// The slow check was answered by the fallback once the server cancelled
+/// its statement (at 1.8 s; the hard limit is 2 s), and nothing of it stayed
+/// on the server: no backend still sleeping, no count stored.
+async fn assert_slow_check_was_cancelled(
+    pool: &sqlx::PgPool,
+    key: &pglimit::storage::Key,
+    reply: &common::Reply,
+    waited: std::time::Duration,
+) {
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(
+        (reply.body["store"].as_str(), reply.body["degraded"].as_bool()),
+        (Some("memory"), Some(true))
+    );
+    let window = std::time::Duration::from_millis(1_750)..std::time::Duration::from_secs(5);
+    assert!(window.contains(&waited), "answered after {waited:?}, expected about 1.8 s");
+    // Dropping the connection at the hard limit would leave pg_sleep(60)
+    // running; only the server's own cancellation ends it.
+    assert_eq!(sleeping_backends(pool).await, 0, "the statement still runs on the server");
+    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM pglimit_buckets WHERE key = $1")
+        .bind(key.as_slice())
+        .fetch_one(pool)
+        .await
+        .expect("count rows");
+    assert_eq!(rows, 0, "the cancelled statement was rolled back");
+}
