@@ -268,13 +268,16 @@ impl Shared {
 /// function relies on each statement seeing the latest committed rows), and
 /// server-side limits so that a row lock held by some stuck transaction
 /// fails the batch instead of holding a lane for ever, and an abandoned
-/// statement does not run on. Both sit just under a lane's hard limit: a
-/// wait for a hot row is normal under load and must not fail checks early
-/// (a failed check is answered by the fallback, which is not exact).
+/// statement does not run on. Both sit just under the longest a caller
+/// waits ([`OVERLOAD_FACTOR`] × the timeout): a wait for a hot row is
+/// normal under load and must not fail checks early (a failed check is
+/// answered by the fallback, which is not exact), but a statement must be
+/// over before its caller gives up on it, or it could commit a count for a
+/// check already answered from memory.
 fn with_session_settings(connect: PgConnectOptions, timeout: Duration) -> PgConnectOptions {
-    let hard_ms = hard_limit(timeout).as_millis();
-    let lock_ms = hard_ms * 9 / 10;
-    let statement_ms = hard_ms * 9 / 10;
+    let waits_ms = (timeout * OVERLOAD_FACTOR).as_millis();
+    let lock_ms = waits_ms * 9 / 10;
+    let statement_ms = waits_ms * 9 / 10;
     connect.options([
         ("default_transaction_isolation", "read\\ committed".to_string()),
         // The statements take arrays whose sizes vary; a generic plan serves
