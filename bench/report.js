@@ -89,6 +89,16 @@ function wrkRecord(dir, system, scenario) {
 }
 
 const meta = keyValues(fs.readFileSync(metaFile, 'utf8'));
+
+// "service · Postgres · rest" in µs of CPU per request, and the machine's
+// idle share, from the tick counts bench/run sampled around the run.
+function cpuPerRequest(text, requests) {
+  const [server, pg, busy, idle] = text.trim().split(/\s+/).map(Number);
+  if (![server, pg, busy, idle].every(Number.isFinite) || !(requests > 0)) return '';
+  const us = (ticks) => Math.round((ticks * 1e6) / Number(meta.clk_tck || 100) / requests);
+  const idleShare = Math.round((100 * idle) / (busy + idle));
+  return `${us(server)} · ${us(pg)} · ${us(busy - server - pg)}; ${idleShare}% idle`;
+}
 const records = [];
 for (const name of fs.readdirSync(resultsDir).sort()) {
   const dir = path.join(resultsDir, name);
@@ -103,6 +113,7 @@ for (const name of fs.readdirSync(resultsDir).sort()) {
   rec.statements = statements;
   rec.perDecision = rec.requests > 0 ? statements / rec.requests : NaN;
   rec.execMsPerStatement = statements > 0 ? execMs / statements : NaN;
+  rec.cpu = cpuPerRequest(read(dir, 'cpu'), rec.requests);
   records.push({ ...base, ...rec });
 }
 
@@ -144,8 +155,8 @@ const int = (n) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') :
 const rows = [];
 rows.push('| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision '
   + '| Postgres ms / statement | × raw Postgres | × HTTP ceiling | × rate-limiter-flexible '
-  + '| × runlimit-postgres | check |');
-rows.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  + '| × runlimit-postgres | CPU µs / request: service · Postgres · rest | check |');
+rows.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
 for (const r of records) {
   const http = r.system === 'pglimit' || r.system === 'rlflex' || r.system === 'runlimit';
   const rawShape = r.scenario === 'allow-random' || r.scenario === 'allow-hot';
@@ -165,7 +176,7 @@ for (const r of records) {
   rows.push(`| ${SYSTEMS[r.system] || r.system} | ${SCENARIOS[r.scenario] || r.scenario} | ${r.concurrency} `
     + `| ${int(r.rps)} | ${ms(r.p50_us)} | ${ms(r.p99_us)} | ${perDecision} `
     + `| ${Number.isFinite(r.execMsPerStatement) ? r.execMsPerStatement.toFixed(3) : ''} `
-    + `| ${vsRaw} | ${vsCeiling} | ${vsPeer} | ${vsRunlimit} | ${r.problems.length ? r.problems.join('; ') : 'ok'} |`);
+    + `| ${vsRaw} | ${vsCeiling} | ${vsPeer} | ${vsRunlimit} | ${r.cpu || ''} | ${r.problems.length ? r.problems.join('; ') : 'ok'} |`);
 }
 const table = rows.join('\n');
 
@@ -206,6 +217,10 @@ and answers a fixed body. *× rate-limiter-flexible*: pglimit over the peer in t
 (for the deny path, also over the peer with \`inMemoryBlockOnConsumed\`, which answers repeat \
 offenders from memory). *× runlimit-postgres*: pglimit over the runlimit-postgres peer in the \
 same scenario.
+- *CPU µs / request* (HTTP measurements): CPU time per request of the server process, of the \
+PostgreSQL cluster's processes, and of everything else (the load generator, kernel threads, \
+interrupts), from /proc over the measured run; then the machine's idle share. This is the \
+profile behind the figures: with all systems on one machine, requests/s is bounded by the sum.
 - Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
 - *check*: \`ok\` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
 and a probe after the run answered as expected (for pglimit, decided by Postgres).
