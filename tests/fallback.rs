@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, instance, unique, wait_for_postgres};
+use common::{check, instance, remaining, unique, wait_for_postgres};
 use pglimit::pg_cluster::{Cluster, StopMode};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -42,14 +42,33 @@ async fn restart() {
         .expect("restart");
 }
 
-/// Sends SIGSTOP or SIGCONT to the postmaster and all its children.
-fn signal_all(signal: &str) {
+/// Sends SIGSTOP or SIGCONT to the postmaster and all its children; true
+/// if `kill` succeeded.
+fn signal_all(signal: &str) -> bool {
     let pid = CLUSTER.get().and_then(Cluster::pid).expect("postmaster pid").to_string();
     let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
     let mut pids = vec![pid];
     pids.extend(String::from_utf8_lossy(&children.stdout).split_whitespace().map(String::from));
-    let status = Command::new("kill").arg(format!("-{signal}")).args(&pids).status().expect("kill");
-    assert!(status.success());
+    Command::new("kill").arg(format!("-{signal}")).args(&pids).status().is_ok_and(|s| s.success())
+}
+
+/// The server stopped by SIGSTOP; sent SIGCONT when dropped, so that a
+/// failed assertion does not leave it paused under the tests that follow.
+struct Paused;
+
+impl Paused {
+    fn start() -> Self {
+        assert!(signal_all("STOP"), "SIGSTOP to the server");
+        Paused
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // No second panic while unwinding from a failed assertion.
+        let resumed = signal_all("CONT");
+        assert!(resumed || std::thread::panicking(), "SIGCONT to the server");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,22 +110,35 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
     let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", "200")]).await;
     check(&app, json!({ "key": unique("warm"), "limit": 5, "window": "1m" })).await;
 
-    signal_all("STOP");
+    let paused = Paused::start();
     let reply = check(&app, json!({ "key": unique("p"), "limit": 5, "window": "1m" })).await;
-    assert_eq!(reply.body["store"], "memory", "the first check waits out the timeout");
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(
+        (reply.body["store"].as_str(), reply.body["degraded"].as_bool()),
+        (Some("memory"), Some(true)),
+        "the first check waits out the timeout"
+    );
     assert!(app.limiter.store().inner().is_degraded(), "and trips the instance");
     // The rest go straight to memory instead of each waiting 200 ms: 50 of
-    // them finish well inside what 50 timeouts would take. (A bound on a
-    // behaviour, not a speed: the margin is 5x on a loaded machine.)
+    // them finish well inside what 50 timeouts would take, and none waits
+    // anywhere near a second. (Bounds on a behaviour, not a speed: the
+    // margins are 5x on a loaded machine.)
     let started = Instant::now();
     for _ in 0..50 {
+        let one = Instant::now();
         let reply = check(&app, json!({ "key": unique("p"), "limit": 5, "window": "1m" })).await;
-        assert_eq!(reply.status, StatusCode::OK);
-        assert_eq!(reply.body["store"], "memory");
+        let took = one.elapsed();
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert_eq!(
+            (reply.body["store"].as_str(), reply.body["degraded"].as_bool()),
+            (Some("memory"), Some(true))
+        );
+        assert!(took < Duration::from_secs(1), "a degraded check took {took:?}");
     }
     let elapsed = started.elapsed();
-    signal_all("CONT");
+    drop(paused);
     assert!(elapsed < Duration::from_secs(2), "50 degraded checks took {elapsed:?}");
+    // Resumed, the instance answers from Postgres again.
     wait_for_postgres(&app, Duration::from_secs(15)).await;
 }
 
@@ -147,13 +179,20 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
 
     stop(StopMode::Immediate).await;
     for _ in 0..3 {
+        // Limit 1, yet admitted each time with all of it remaining: not
+        // counted, in memory or anywhere.
         let reply = check(&app, open.clone()).await;
-        assert_eq!(reply.status, StatusCode::OK, "fail open admits, uncounted");
+        assert_eq!(reply.status, StatusCode::OK, "fail open admits, uncounted: {}", reply.body);
         assert_eq!(reply.body["store"], "none");
         assert_eq!(reply.body["degraded"], true);
+        assert_eq!(remaining(&reply.body, "user"), 1, "{}", reply.body);
         let reply = check(&app, closed.clone()).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "fail closed never admits");
         assert_eq!(reply.header("content-type"), "application/problem+json");
+        // An RFC 9457 problem document that says the same as the status line.
+        assert_eq!(reply.body["status"], 503, "{}", reply.body);
+        assert_eq!(reply.body["type"], "urn:pglimit:problem:store-unavailable", "{}", reply.body);
+        assert!(reply.body["title"].as_str().is_some_and(|t| !t.is_empty()), "{}", reply.body);
     }
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
@@ -162,6 +201,12 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
         StatusCode::TOO_MANY_REQUESTS,
         "the count from before holds"
     );
+    // Postgres counted none of the open answers: its first check now is
+    // admitted with nothing left, and the next one is denied.
+    let reply = check(&app, open.clone()).await;
+    assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
+    assert_eq!(remaining(&reply.body, "user"), 0, "{}", reply.body);
+    assert_eq!(check(&app, open).await.status, StatusCode::TOO_MANY_REQUESTS);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -173,15 +218,18 @@ async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
     stop(StopMode::Fast).await;
     for algorithm in ["fixed_window", "sliding_window", "sliding_log", "token_bucket"] {
         let body = json!({ "key": unique(algorithm), "limit": 4, "window": "1h", "algorithm": algorithm });
-        let mut allowed = 0;
-        for _ in 0..10 {
+        // The first 4 admitted, the other 6 denied: nothing refills within
+        // a second of a one-hour window.
+        for n in 1..=10 {
             let reply = check(&app, body.clone()).await;
-            assert_eq!(reply.body["store"], "memory", "{algorithm}");
-            if reply.status == StatusCode::OK {
-                allowed += 1;
-            }
+            let expected = if n <= 4 { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+            assert_eq!(reply.status, expected, "{algorithm}, check {n}: {}", reply.body);
+            assert_eq!(
+                (reply.body["store"].as_str(), reply.body["degraded"].as_bool()),
+                (Some("memory"), Some(true)),
+                "{algorithm}, check {n}"
+            );
         }
-        assert_eq!(allowed, 4, "{algorithm}");
     }
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;

@@ -48,13 +48,21 @@ pub async fn create_database(admin: &str) -> String {
     with_database(admin, &name)
 }
 
-/// Waits until `app` serves from Postgres again, sending peeks meanwhile.
+/// Waits until `app` answers from Postgres again: checks a new key every
+/// 100 ms until one is decided by Postgres, admitted and no longer degraded.
+/// An answer, not the instance's flag: the flag could clear while answers
+/// still came from memory.
 pub async fn wait_for_postgres(app: &AppState, within: std::time::Duration) {
     let deadline = std::time::Instant::now() + within;
-    while app.limiter.store().inner().is_degraded() {
-        assert!(std::time::Instant::now() < deadline, "did not return to postgres");
-        check(app, serde_json::json!({ "key": unique("probe"), "limit": 1, "window": "1s", "cost": 0 }))
-            .await;
+    loop {
+        let probe = serde_json::json!({ "key": unique("probe"), "limit": 1, "window": "1s" });
+        let reply = check(app, probe).await;
+        if reply.body["store"] == "postgres" {
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            assert_eq!(reply.body["degraded"], false, "{}", reply.body);
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "did not return to postgres: {}", reply.body);
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
