@@ -188,7 +188,7 @@ wrk and pgbench with ${meta.threads} threads)
 - Machine: ${meta.nproc} CPUs, ${meta.cpu}, ${meta.memory}; ${meta.os}, ${meta.kernel}
 - PostgreSQL ${meta.postgres}: throwaway cluster on 127.0.0.1, fsync on, synchronous_commit on, \
 logged tables, otherwise default settings
-- pglimit ${meta.commit}, ${meta.rustc}, release build, default settings (4 lanes, cleanup rate 0.01)
+- pglimit ${meta.commit}, ${meta.rustc}, release build, default settings (4 lanes: one main, three spares; cleanup rate 0.01)
 - rate-limiter-flexible ${meta.rlflex} (RateLimiterPostgres, pg ${meta.pg_npm}, pool of 16), Node ${meta.node}, one process
 - runlimit-postgres ${meta.runlimit} (PostgresLimiter, its migrations in a database of its own, default \
 PostgresConfig, SQLx ${meta.runlimit_sqlx} pool of 16) behind axum, release build (\`bench/peer-runlimit/\`)
