@@ -106,12 +106,12 @@ async fn a_black_holed_path_is_detected_by_timeout_and_every_answer_stays_bounde
     let started = Instant::now();
     let reply = check(&app, json!({ "key": unique("a"), "limit": 5, "window": "1m" })).await;
     let first = started.elapsed();
-    assert_memory_admits(&reply);
+    reply.assert_memory_admits();
     // The timeout, then a ping on a fresh connection with the same budget.
     assert!(first < Duration::from_secs(2), "the first check took {first:?}");
     let started = Instant::now();
     for _ in 0..50 {
-        assert_memory_admits(&check(&app, json!({ "key": unique("b"), "limit": 5, "window": "1m" })).await);
+        check(&app, json!({ "key": unique("b"), "limit": 5, "window": "1m" })).await.assert_memory_admits();
     }
     assert!(started.elapsed() < Duration::from_secs(2), "degraded checks wait for nothing");
 
@@ -129,17 +129,6 @@ async fn a_black_holed_path_is_detected_by_timeout_and_every_answer_stays_bounde
     assert_eq!(reply.body["remaining"], 1, "{}", reply.body);
 }
 
-/// A check admitted by the memory fallback, and saying so.
-fn assert_memory_admits(reply: &common::Reply) {
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    assert_eq!(
-        (reply.body["store"].as_str(), reply.body["degraded"].as_bool()),
-        (Some("memory"), Some(true)),
-        "{}",
-        reply.body
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_path_falls_back_at_once_and_recovers() {
     let (_cluster, proxy, url) = setup().await;
@@ -152,7 +141,7 @@ async fn a_cut_path_falls_back_at_once_and_recovers() {
     proxy.set(CUT);
     let started = Instant::now();
     for _ in 0..20 {
-        assert_memory_admits(&check(&app, json!({ "key": unique("c"), "limit": 5, "window": "1m" })).await);
+        check(&app, json!({ "key": unique("c"), "limit": 5, "window": "1m" })).await.assert_memory_admits();
     }
     assert!(started.elapsed() < Duration::from_secs(2), "a refused connection is an outage at once");
     proxy.set(PASS);

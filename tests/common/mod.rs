@@ -115,6 +115,17 @@ impl Reply {
     pub fn header(&self, name: &str) -> &str {
         self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
     }
+
+    /// Asserts a check admitted by the memory fallback, and saying so.
+    pub fn assert_memory_admits(&self) {
+        assert_eq!(self.status, StatusCode::OK, "{}", self.body);
+        assert_eq!(
+            (self.body["store"].as_str(), self.body["degraded"].as_bool()),
+            (Some("memory"), Some(true)),
+            "{}",
+            self.body
+        );
+    }
 }
 
 /// Sends `request` through the router, without a socket.
