@@ -5,8 +5,9 @@
 //! `pglimit_check_batch` (see `migrations/`): one round trip and one
 //! transaction for the whole batch, each check still decided on its own, all
 //! or nothing. The first lane takes every check while it keeps up; the
-//! others are spares for when its call stalls (see [`PgStore::route`]). Expired rows are deleted by a bounded background delete
-//! started on a sample of checks, so no cron is needed.
+//! others are spares for when its call stalls (see `PgStore::route`).
+//! Expired rows are deleted by a bounded background delete started on a
+//! sample of checks, so no cron is needed.
 
 mod lane;
 mod statements;
@@ -55,8 +56,8 @@ struct LaneHandle {
     busy: Arc<Busy>,
 }
 
-/// A lane's main connection is considered stalled (and checks go to a spare
-/// lane) once its call has run this long. Measured calls take 0.3–1 ms under
+/// The main lane counts as stalled (and new checks go to a spare lane) once
+/// its current call has run this long. Measured calls take 0.3–1 ms under
 /// full load on 2 cores (a commit's WAL flush most of it), so this is
 /// well past normal and well short of any timeout.
 const SPILL_AFTER: Duration = Duration::from_millis(5);
@@ -153,9 +154,9 @@ impl PgStore {
     /// One lane rather than a share each, because a commit's cost is mostly
     /// per call, not per check (its WAL flush): concurrent checks queued on
     /// one lane make one large batch and one flush, where spread over four
-    /// lanes they made four small ones (measured with `bench/run`: 1 lane
-    /// 37k checks/s, 2 lanes 31k, 4 lanes 26k on random keys at 32
-    /// connections). The spares keep a row lock held by some stuck
+    /// lanes they made four small ones (measured on 2 cores, random keys at
+    /// 32 connections, alternating runs on one cluster: 1 lane 37k checks/s,
+    /// 2 lanes 31k, 4 lanes 26k; see the README's Performance section). The spares keep a row lock held by some stuck
     /// transaction from stalling the whole instance: after [`SPILL_AFTER`],
     /// new checks go around it. Choosing the spare by key sends a hot key
     /// always to the same spare, so it is not spread over all of them.
