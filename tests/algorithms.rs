@@ -169,11 +169,7 @@ async fn every_algorithm_is_exact_across_three_instances() {
 
 #[tokio::test]
 async fn a_policy_may_mix_algorithms_and_stays_all_or_nothing() {
-    let dir = std::env::temp_dir().join(unique("mixed"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("p.toml");
-    std::fs::write(
-        &file,
+    let file = common::policy_file(
         r#"
         [policies.api]
         identifiers = { account = "text" }
@@ -190,8 +186,7 @@ async fn a_policy_may_mix_algorithms_and_stays_all_or_nothing() {
         limit = 3
         window = "1h"
         "#,
-    )
-    .unwrap();
+    );
     let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
     let body = json!({ "policy": "api", "identifiers": { "account": "acct_1" } });
     for _ in 0..3 {
@@ -206,7 +201,7 @@ async fn a_policy_may_mix_algorithms_and_stays_all_or_nothing() {
         );
         assert_eq!(reply.body["buckets"][1]["allowed"], false);
     }
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(&file);
 }
 
 #[tokio::test]

@@ -236,22 +236,12 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     holder.rollback().await.expect("release");
     // Its statement was cancelled, not left to commit once the lock was
     // free: Postgres holds only the first check...
-    assert_eq!(stored_count(&pool, &key).await, 1, "the stuck check was counted in postgres");
+    assert_eq!(common::stored_count(&url, "stuck").await, 1, "the stuck check was counted in postgres");
     pool.close().await;
     // ...and the next check is its second: 100 - 2 left.
     let reply = check(&app, stuck).await;
     assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
     assert_eq!(reply.body["remaining"], 98, "{}", reply.body);
-}
-
-/// The count Postgres holds for the fixed-window bucket `key`.
-async fn stored_count(pool: &sqlx::PgPool, key: &pglimit::storage::Key) -> i64 {
-    let (count,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
-        .bind(key.as_slice())
-        .fetch_one(pool)
-        .await
-        .expect("the bucket's row");
-    count
 }
 
 /// Makes every write of the row `key` sleep on the server for a minute: a

@@ -136,11 +136,7 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
     let _serial = SERIAL.lock().await;
-    let dir = std::env::temp_dir().join(unique("policies"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("policies.toml");
-    std::fs::write(
-        &file,
+    let file = common::policy_file(
         r#"
         [policies.open]
         on_store_error = "allow"
@@ -160,8 +156,7 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
         limit = 1
         window = "1h"
         "#,
-    )
-    .unwrap();
+    );
     let url = database().await;
     let app = instance(&url, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
     let open = json!({ "policy": "open", "identifiers": { "user": "u1" } });
@@ -198,7 +193,7 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
     assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
     assert_eq!(remaining(&reply.body, "user"), 0, "{}", reply.body);
     assert_eq!(check(&app, open).await.status, StatusCode::TOO_MANY_REQUESTS);
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(&file);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -195,18 +195,6 @@ async fn restart_cluster(cluster: Cluster) -> Cluster {
     tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster)).await.unwrap().expect("restart")
 }
 
-/// The count Postgres holds for the fixed-window ad hoc key `name`.
-async fn stored_count(url: &str, name: &str) -> u64 {
-    let pool = sqlx::PgPool::connect(url).await.expect("connect");
-    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
-        .bind(common::adhoc_key(name).as_slice())
-        .fetch_one(&pool)
-        .await
-        .unwrap_or_else(|e| panic!("the bucket of {name}: {e}"));
-    pool.close().await;
-    counted as u64
-}
-
 /// Runs the binary to completion; returns (success, stderr).
 fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
     let out =
@@ -357,7 +345,11 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
     assert!(answered > 100, "only {answered} checks answered before SIGTERM");
 
     // Every check Postgres counted was answered, and none twice.
-    assert_eq!(stored_count(&url, "drain").await, answered, "counted in postgres vs answered over HTTP");
+    assert_eq!(
+        common::stored_count(&url, "drain").await,
+        answered,
+        "counted in postgres vs answered over HTTP"
+    );
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
     drop(cluster);
 }
@@ -484,7 +476,7 @@ async fn a_restart_under_load_loses_no_count_counts_none_twice_and_keeps_limits(
 /// Waits until Postgres holds `count` for the ad hoc key `name`.
 async fn wait_for_stored_count(url: &str, name: &str, count: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while stored_count(url, name).await < count {
+    while common::stored_count(url, name).await < count {
         assert!(Instant::now() < deadline, "{name} never reached {count}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -501,13 +493,13 @@ async fn assert_restart_lost_nothing(url: &str, big: &Tally, small: &Tally) {
     assert!(a.answered > 100 && b.answered > 100, "first {a:?}, second {b:?}");
     assert!(a.admitted == a.answered && b.admitted == b.answered, "a limit of 10^9 denied");
     let answered = a.answered + b.answered;
-    assert_eq!(stored_count(url, "restart-big").await, answered, "counted in postgres vs answered");
+    assert_eq!(common::stored_count(url, "restart-big").await, answered, "counted in postgres vs answered");
 
     let [a, b] = small.answers;
     assert!(a.admitted > 0 && b.admitted > 0, "the limit was not shared: first {a:?}, second {b:?}");
     assert_eq!(a.admitted + b.admitted, 50, "first {a:?}, second {b:?}");
     assert!(b.answered > b.admitted, "the second process was never asked past the limit");
-    assert_eq!(stored_count(url, "restart-small").await, 50);
+    assert_eq!(common::stored_count(url, "restart-small").await, 50);
 }
 
 /// Resident memory of process `pid` (`VmRSS`), in KiB.

@@ -74,6 +74,25 @@ pub fn adhoc_key(name: &str) -> pglimit::storage::Key {
     pglimit::limiter::bucket_key(&secret, &pglimit::limiter::KeyScope::AdHoc { key: name, algorithm })
 }
 
+/// The count Postgres holds for the fixed-window ad hoc key `name`.
+pub async fn stored_count(url: &str, name: &str) -> u64 {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(adhoc_key(name).as_slice())
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("the bucket of {name}: {e}"));
+    pool.close().await;
+    counted as u64
+}
+
+/// Writes `toml` to a policy file of its own, for `PGLIMIT_POLICIES`.
+pub fn policy_file(toml: &str) -> std::path::PathBuf {
+    let file = std::env::temp_dir().join(format!("{}.toml", unique("policies")));
+    std::fs::write(&file, toml).expect("policy file");
+    file
+}
+
 /// `url` with its database replaced by `name`.
 pub fn with_database(url: &str, name: &str) -> String {
     let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
