@@ -1,0 +1,553 @@
+//! The report of `bench/run`: turns its measurements into one Markdown table.
+//!
+//! `cargo run --release --example report -- RESULTS_DIR META_FILE OUT.md`
+//!
+//! RESULTS_DIR holds one directory per measurement (`meta`, `kind`,
+//! `statements`, and `pgbench.out` + `txlog.*` or `wrk.out` + `probe.*` +
+//! `cpu`); META_FILE holds `key=value` lines about the run (machine, versions,
+//! command). Prints the report, writes it to OUT.md, and exits 1 if a
+//! measurement produced no numbers or answered with the wrong status (nothing
+//! is asserted about speed); 2 on a usage error.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+const NAN: f64 = f64::NAN;
+
+const SCENARIOS: [(&str, &str); 4] = [
+    ("allow-random", "allow, random keys (10,000)"),
+    ("allow-hot", "allow, one hot key"),
+    ("deny", "deny, 100 keys over limit"),
+    ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
+];
+const SYSTEMS: [(&str, &str); 5] = [
+    ("raw-pg", "raw Postgres (pgbench upsert)"),
+    ("ceiling", "HTTP ceiling (axum, no store)"),
+    ("pglimit", "**pglimit**"),
+    ("rlflex", "rate-limiter-flexible (Node, pg)"),
+    ("runlimit", "runlimit-postgres (Rust, sqlx)"),
+];
+
+struct Record {
+    system: String,
+    scenario: String,
+    concurrency: f64,
+    requests: f64,
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    statements: f64,
+    per_decision: f64,
+    exec_ms_per_statement: f64,
+    cpu: String,
+    problems: Vec<String>,
+}
+
+/// `key=value` lines; a later key wins, lines without `=` (or starting with it) are skipped.
+fn key_values(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| match line.find('=') {
+            Some(i) if i > 0 => Some((line[..i].to_string(), line[i + 1..].to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A file of the measurement, or "" when it is missing.
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// A number as JavaScript's Number() reads one: blank is 0, anything else unparsable NaN.
+fn number(text: &str) -> f64 {
+    let text = text.trim();
+    if text.is_empty() {
+        0.0
+    } else {
+        text.parse().unwrap_or(NAN)
+    }
+}
+
+/// Not a positive number (NaN included).
+fn not_positive(x: f64) -> bool {
+    x.is_nan() || x <= 0.0
+}
+
+/// The first run of `pattern` characters right after `prefix` in `text`, and what follows it.
+fn after<'a>(text: &'a str, prefix: &str, pattern: fn(char) -> bool) -> Option<(&'a str, &'a str)> {
+    text.match_indices(prefix).find_map(|(i, _)| {
+        let rest = &text[i + prefix.len()..];
+        let end = rest.find(|c: char| !pattern(c)).unwrap_or(rest.len());
+        (end > 0).then(|| (&rest[..end], &rest[end..]))
+    })
+}
+
+fn digits_after(text: &str, prefix: &str) -> f64 {
+    after(text, prefix, |c| c.is_ascii_digit()).map_or(NAN, |(n, _)| number(n))
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().clamp(1.0, sorted.len() as f64) as usize;
+    sorted[rank - 1]
+}
+
+fn record(problems: Vec<String>) -> Record {
+    Record {
+        system: String::new(),
+        scenario: String::new(),
+        concurrency: NAN,
+        requests: NAN,
+        rps: NAN,
+        p50_us: NAN,
+        p99_us: NAN,
+        statements: NAN,
+        per_decision: NAN,
+        exec_ms_per_statement: NAN,
+        cpu: String::new(),
+        problems,
+    }
+}
+
+fn pgbench_record(dir: &Path) -> Record {
+    let out = read(dir, "pgbench.out");
+    let mut latencies = Vec::new();
+    let names = std::fs::read_dir(dir).into_iter().flatten().filter_map(Result::ok);
+    let names = names.map(|e| e.file_name().to_string_lossy().into_owned());
+    for name in names.filter(|n| n.starts_with("txlog")) {
+        for line in read(dir, &name).split('\n') {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() >= 6 {
+                latencies.push(number(fields[2]));
+            }
+        }
+    }
+    latencies.sort_by(|a, b| a.partial_cmp(b).unwrap_or(Ordering::Equal));
+    let failed = digits_after(&out, "number of failed transactions: ");
+    // "tps = N (without initial connection time)", not the line including it.
+    let rps = out
+        .match_indices("tps = ")
+        .find_map(|(i, _)| {
+            after(&out[i..], "tps = ", |c| c.is_ascii_digit() || c == '.')
+                .filter(|(_, rest)| rest.starts_with(" (without initial connection time)"))
+                .map(|(n, _)| number(n))
+        })
+        .unwrap_or(NAN);
+    let mut record = record(Vec::new());
+    record.requests = digits_after(&out, "number of transactions actually processed: ");
+    record.rps = rps;
+    record.p50_us = percentile(&latencies, 50.0);
+    record.p99_us = percentile(&latencies, 99.0);
+    if failed.is_finite() && failed > 0.0 {
+        record.problems.push(format!("{} failed transactions", js_number(failed)));
+    }
+    record
+}
+
+fn wrk_record(dir: &Path, system: &str) -> Record {
+    let out = read(dir, "wrk.out");
+    let summary = out
+        .split('\n')
+        .find_map(|line| line.strip_prefix("WRKJSON "))
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok());
+    let Some(w) = summary else {
+        return record(vec!["no wrk summary".to_string()]);
+    };
+    let field = |name: &str| w.get(name).and_then(serde_json::Value::as_f64).unwrap_or(NAN);
+    let requests = field("requests");
+    let mut problems = Vec::new();
+    let expect = read(dir, "expect").trim().to_string();
+    let deny = expect == "429";
+    let unexpected = if deny { requests - field("status_errors") } else { field("status_errors") };
+    if unexpected > 0.01 * requests {
+        let what = if deny { "2xx/3xx" } else { "4xx/5xx" };
+        problems.push(format!("{} answers were {what}", js_number(unexpected)));
+    }
+    let socket = field("connect_errors") + field("read_errors") + field("write_errors") + field("timeouts");
+    if socket > 0.0 {
+        problems.push(format!("{} socket errors or timeouts", js_number(socket)));
+    }
+    let probe = read(dir, "probe.status").trim().to_string();
+    if probe != expect {
+        let answered = if probe.is_empty() { "nothing" } else { &probe };
+        problems.push(format!("probe answered {answered}, expected {expect}"));
+    }
+    if system == "pglimit" && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
+        problems.push("probe not decided by Postgres".to_string());
+    }
+    let mut record = record(problems);
+    record.requests = requests;
+    record.rps = requests / (field("duration_us") / 1e6);
+    record.p50_us = field("lat_p50_us");
+    record.p99_us = field("lat_p99_us");
+    record
+}
+
+/// "service · Postgres · rest" in µs of CPU per request, and the machine's
+/// idle share, from the tick counts bench/run sampled around the run.
+fn cpu_per_request(text: &str, requests: f64, clk_tck: f64) -> String {
+    let ticks: Vec<f64> = text.split_whitespace().map(number).collect();
+    let get = |i: usize| ticks.get(i).copied().unwrap_or(NAN);
+    let (server, pg, busy, idle) = (get(0), get(1), get(2), get(3));
+    if ![server, pg, busy, idle].iter().all(|t| t.is_finite()) || not_positive(requests) {
+        return String::new();
+    }
+    let us = |ticks: f64| js_number(js_round((ticks * 1e6) / clk_tck / requests));
+    let idle_share = js_number(js_round((100.0 * idle) / (busy + idle)));
+    format!("{} · {} · {}; {idle_share}% idle", us(server), us(pg), us(busy - server - pg))
+}
+
+// --- numbers as the report prints them -------------------------------------
+
+/// Rounds half up (towards +∞), as the report always has.
+fn js_round(x: f64) -> f64 {
+    let floor = x.floor();
+    if x - floor >= 0.5 {
+        floor + 1.0
+    } else {
+        floor
+    }
+}
+
+/// A number printed plainly: integers without a fraction, "NaN" when it is not one.
+fn js_number(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".to_string()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
+    } else {
+        format!("{}", x + 0.0) // + 0.0: no "-0"
+    }
+}
+
+/// `digits` decimals, an exact tie rounded away from zero (Rust's formatting
+/// rounds it to even: 1.125 would print as 1.12, not 1.13).
+fn fixed(x: f64, digits: usize) -> String {
+    if !x.is_finite() {
+        return js_number(x);
+    }
+    const EXTRA: usize = 40;
+    let wide = format!("{:.*}", digits + EXTRA, x.abs());
+    let (head, tail) = wide.split_at(wide.len() - EXTRA);
+    let head = head.strip_suffix('.').unwrap_or(head);
+    let tie = tail.starts_with('5') && tail[1..].bytes().all(|b| b == b'0');
+    let text = if tie { increment_last_digit(head) } else { format!("{:.*}", digits, x.abs()) };
+    if x < 0.0 {
+        format!("-{text}")
+    } else {
+        text
+    }
+}
+
+fn increment_last_digit(decimal: &str) -> String {
+    let mut bytes = decimal.as_bytes().to_vec();
+    for i in (0..bytes.len()).rev() {
+        match bytes[i] {
+            b'.' => continue,
+            b'9' => bytes[i] = b'0',
+            _ => {
+                bytes[i] += 1;
+                return String::from_utf8(bytes).expect("ASCII");
+            }
+        }
+    }
+    format!("1{}", String::from_utf8(bytes).expect("ASCII"))
+}
+
+/// Rounded, with thousands separators: 12,345.
+fn int(x: f64) -> String {
+    if !x.is_finite() {
+        return String::new();
+    }
+    let rounded = js_round(x) + 0.0;
+    let digits = format!("{:.0}", rounded.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if rounded < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn ms(us: f64) -> String {
+    if us.is_finite() {
+        fixed(us / 1000.0, 2)
+    } else {
+        String::new()
+    }
+}
+
+fn mib(kib: Option<&String>) -> String {
+    let kib = kib.map_or(NAN, |k| number(k));
+    if kib > 0.0 {
+        format!("{} MiB", fixed(kib / 1024.0, 1))
+    } else {
+        "unknown".to_string()
+    }
+}
+
+// --- the report --------------------------------------------------------------
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [results_dir, meta_file, out_file] = args.as_slice() else {
+        eprintln!("usage: cargo run --release --example report -- RESULTS_DIR META_FILE OUT.md");
+        return ExitCode::from(2);
+    };
+    let meta = match std::fs::read_to_string(meta_file) {
+        Ok(text) => key_values(&text),
+        Err(e) => {
+            eprintln!("bench/run: cannot read {meta_file}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let clk_tck = meta.get("clk_tck").filter(|v| !v.is_empty()).map_or(100.0, |v| number(v));
+    let records = match collect(Path::new(results_dir), clk_tck) {
+        Ok(records) => records,
+        Err(e) => {
+            eprintln!("bench/run: cannot read {results_dir}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = render(&records, &meta);
+    if let Err(e) = std::fs::write(out_file, &report) {
+        eprintln!("bench/run: cannot write {out_file}: {e}");
+        return ExitCode::FAILURE;
+    }
+    print!("{report}");
+    let failed = records.iter().filter(|r| !r.problems.is_empty()).count();
+    let expected = 5 + 1; // at least one measurement per system
+    if records.len() < expected || failed > 0 {
+        eprintln!("bench/run: {failed} measurement(s) with problems (see the check column)");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
+    let mut names: Vec<String> = std::fs::read_dir(results_dir)?
+        .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    let mut records = Vec::new();
+    for name in names {
+        let dir = results_dir.join(name);
+        let m = key_values(&read(&dir, "meta"));
+        let system = m.get("system").cloned().unwrap_or_else(|| "undefined".to_string());
+        let mut record = match read(&dir, "kind").trim() {
+            "pgbench" => pgbench_record(&dir),
+            "wrk" => wrk_record(&dir, &system),
+            _ => record(vec!["did not finish".to_string()]),
+        };
+        record.system = system;
+        record.scenario = m.get("scenario").cloned().unwrap_or_else(|| "undefined".to_string());
+        record.concurrency = m.get("concurrency").map_or(NAN, |c| number(c));
+        let figures = read(&dir, "statements");
+        let mut figures = figures.split_whitespace().map(number);
+        let statements = figures.next().unwrap_or(NAN);
+        let exec_ms = figures.next().unwrap_or(NAN);
+        record.statements = statements;
+        record.per_decision = if record.requests > 0.0 { statements / record.requests } else { NAN };
+        record.exec_ms_per_statement = if statements > 0.0 { exec_ms / statements } else { NAN };
+        record.cpu = cpu_per_request(&read(&dir, "cpu"), record.requests, clk_tck);
+        // Every step must have produced numbers.
+        for (name, value) in [
+            ("requests", record.requests),
+            ("rps", record.rps),
+            ("p50_us", record.p50_us),
+            ("p99_us", record.p99_us),
+            ("statements", record.statements),
+        ] {
+            if !value.is_finite() || (name != "statements" && not_positive(value)) {
+                record.problems.push(format!("no {name}"));
+            }
+        }
+        records.push(record);
+    }
+    let scenario_order = |s: &str| SCENARIOS.iter().position(|(id, _)| *id == s).map_or(-1, |i| i as i64);
+    let system_order = |s: &str| SYSTEMS.iter().position(|(id, _)| *id == s).map_or(-1, |i| i as i64);
+    let group = |s: &str| if s.starts_with("deny") { 2 } else { scenario_order(s) };
+    records.sort_by(|a, b| {
+        group(&a.scenario)
+            .cmp(&group(&b.scenario))
+            .then(a.concurrency.partial_cmp(&b.concurrency).unwrap_or(Ordering::Equal))
+            .then(system_order(&a.system).cmp(&system_order(&b.system)))
+            .then(scenario_order(&a.scenario).cmp(&scenario_order(&b.scenario)))
+    });
+    Ok(records)
+}
+
+fn table(records: &[Record]) -> String {
+    let find = |system: &str, scenario: &str, concurrency: f64| {
+        records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
+    };
+    let ratio = |a: &Record, b: Option<&Record>| match b {
+        Some(b) if a.rps > 0.0 && b.rps > 0.0 => fixed(a.rps / b.rps, 2),
+        _ => String::new(),
+    };
+    let name = |names: &[(&str, &'static str)], id: &str| {
+        names.iter().find(|(k, _)| *k == id).map_or_else(|| id.to_string(), |(_, v)| v.to_string())
+    };
+    let mut rows = vec![
+        concat!(
+            "| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision ",
+            "| Postgres ms / statement | × raw Postgres | × HTTP ceiling | × rate-limiter-flexible ",
+            "| × runlimit-postgres | CPU µs / request: service · Postgres · rest | check |"
+        )
+        .to_string(),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|".to_string(),
+    ];
+    for r in records {
+        let (system, scenario, conc) = (r.system.as_str(), r.scenario.as_str(), r.concurrency);
+        let http = matches!(system, "pglimit" | "rlflex" | "runlimit");
+        let raw_shape = matches!(scenario, "allow-random" | "allow-hot");
+        let vs_raw = if http && raw_shape { ratio(r, find("raw-pg", scenario, conc)) } else { String::new() };
+        let vs_ceiling = if http { ratio(r, find("ceiling", "allow-random", conc)) } else { String::new() };
+        let mut vs_peer = String::new();
+        let mut vs_runlimit = String::new();
+        if system == "pglimit" {
+            vs_runlimit = ratio(r, find("runlimit", scenario, conc));
+            vs_peer = ratio(r, find("rlflex", scenario, conc));
+            if scenario == "deny" {
+                let block = ratio(r, find("rlflex", "deny-inmemory-block", conc));
+                if !block.is_empty() {
+                    write!(vs_peer, " ({block} vs block)").expect("a String");
+                }
+            }
+        }
+        let per_decision = if system == "ceiling" {
+            js_number(r.statements)
+        } else if r.per_decision.is_finite() {
+            fixed(r.per_decision, 3)
+        } else {
+            String::new()
+        };
+        let exec = if r.exec_ms_per_statement.is_finite() {
+            fixed(r.exec_ms_per_statement, 3)
+        } else {
+            String::new()
+        };
+        let check = if r.problems.is_empty() { "ok".to_string() } else { r.problems.join("; ") };
+        rows.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_raw} | {vs_ceiling} | {vs_peer} \
+             | {vs_runlimit} | {} | {check} |",
+            name(&SYSTEMS, system),
+            name(&SCENARIOS, scenario),
+            js_number(conc),
+            int(r.rps),
+            ms(r.p50_us),
+            ms(r.p99_us),
+            r.cpu,
+        ));
+    }
+    rows.join("\n")
+}
+
+fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
+    let undefined = "undefined".to_string();
+    let m = |key: &str| meta.get(key).unwrap_or(&undefined).as_str();
+    let smoke = if m("smoke") == "1" { " (smoke run: too short to quote)" } else { "" };
+    let warnings = meta.get("pglimit_warnings").filter(|w| !w.is_empty()).map_or("0", |w| w.as_str());
+    let lines = [
+        format!("# pglimit throughput, {}{smoke}", m("date")),
+        String::new(),
+        format!(
+            "- Command: `{}` ({} s per measurement after {} s of warm-up; wrk and pgbench with {} threads)",
+            m("command"),
+            m("seconds"),
+            m("warmup"),
+            m("threads")
+        ),
+        format!(
+            "- Machine: {} CPUs, {}, {}; {}, {}",
+            m("nproc"),
+            m("cpu"),
+            m("memory"),
+            m("os"),
+            m("kernel")
+        ),
+        format!(
+            "- PostgreSQL {}: throwaway cluster on 127.0.0.1, fsync on, synchronous_commit on, \
+             logged tables, otherwise default settings",
+            m("postgres")
+        ),
+        format!(
+            "- pglimit {}, {}, release build, default settings (4 lanes: one main, three spares; \
+             cleanup rate 0.01)",
+            m("commit"),
+            m("rustc")
+        ),
+        format!(
+            "- rate-limiter-flexible {} (RateLimiterPostgres, pg {}, pool of 16), Node {}, one process",
+            m("rlflex"),
+            m("pg_npm"),
+            m("node")
+        ),
+        format!(
+            "- runlimit-postgres {} (PostgresLimiter, its migrations in a database of its own, default \
+             PostgresConfig, SQLx {} pool of 16) behind axum, release build (`bench/peer-runlimit/`)",
+            m("runlimit"),
+            m("runlimit_sqlx")
+        ),
+        format!(
+            "- Load: wrk {} with `bench/check.lua`, load generator, server and Postgres on the same machine",
+            m("wrk")
+        ),
+        String::new(),
+        table(records),
+        String::new(),
+        format!(
+            "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
+             of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}.",
+            mib(meta.get("pglimit_rss_kib")),
+            mib(meta.get("rlflex_rss_kib")),
+            mib(meta.get("runlimit_rss_kib"))
+        ),
+        format!(
+            "- pglimit logged {warnings} warning or error lines; /readyz at the end: `{}`.",
+            m("pglimit_readyz")
+        ),
+    ];
+    let mut report = lines.join("\n");
+    report.push_str("\n\n");
+    report.push_str(HOW_TO_READ);
+    report
+}
+
+const HOW_TO_READ: &str = "\
+How to read it:
+- *requests/s* is decisions per second (pgbench: transactions per second, each one upsert). \
+p50 and p99 come from wrk's latency histogram, or from pgbench's per-transaction log.
+- *statements / decision*: top-level statements the system's database executed (`bench`; \
+`runlimit` for the runlimit-postgres peer; pg_stat_statements, \
+reset before each measurement) divided by the requests the client counted; checks still in flight \
+when the client stopped, pglimit's sampled cleanups and the runlimit peer's cleanup every 10 s make \
+it slightly above the true figure. \
+*Postgres ms / statement*: their mean execution time inside the server (pg_stat_statements \
+total_exec_time; excludes parsing, the network and the commit's WAL flush).
+- *× raw Postgres*: requests/s over pgbench's for the same key shape and client count; no raw \
+figure exists for the deny path. *× HTTP ceiling*: over the axum server that parses the same JSON \
+and answers a fixed body. *× rate-limiter-flexible*: pglimit over the peer in the same scenario \
+(for the deny path, also over the peer with `inMemoryBlockOnConsumed`, which answers repeat \
+offenders from memory). *× runlimit-postgres*: pglimit over the runlimit-postgres peer in the \
+same scenario.
+- *CPU µs / request* (HTTP measurements): CPU time per request of the server process, of the \
+PostgreSQL cluster's processes, and of everything else (the load generator, kernel threads, \
+interrupts), from /proc over the measured run; then the machine's idle share. This is the \
+profile behind the figures: with all systems on one machine, requests/s is bounded by the sum.
+- Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
+- *check*: `ok` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
+and a probe after the run answered as expected (for pglimit, decided by Postgres).
+";

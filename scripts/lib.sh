@@ -1,0 +1,164 @@
+# shellcheck shell=bash
+# Helpers shared by bench/run, faults/* and scripts/*. Source it, do not run it:
+#
+#   LIB_NAME=bench/run               # the prefix of messages (default: the script's name)
+#   . "$(dirname "$0")/../scripts/lib.sh"
+#
+# Defines no traps and changes no shell options; a script keeps its own
+# `set -euo pipefail` and its own EXIT trap (which may call stop_started).
+#
+#   say MSG / log MSG / die MSG   messages on stderr ("NAME: MSG", or with the time)
+#   as_root CMD...                CMD as root: directly when root, else with sudo
+#   apt_install PACKAGE...        apt-get install (update first, once per script)
+#   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
+#   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
+#   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
+#   make_workdir PREFIX           a temporary directory that `postgres` may enter, in $WORK
+#   free_port VAR                 a free loopback TCP port, into the variable VAR
+#   start LOGFILE CMD...          CMD in the background, pid in $STARTED (and in PIDS)
+#   stop PID [SECONDS]            TERM, then KILL after SECONDS (default 5); waits for it
+#   stop_started [SECONDS]        stop every process that start started
+#   wait_http URL [PID [LOGFILE]] waits until URL answers with any HTTP status
+
+: "${LIB_NAME:=$(basename "$0")}"
+
+say() { printf '%s: %s\n' "$LIB_NAME" "$*" >&2; }
+log() { printf '[%s %s] %s\n' "$LIB_NAME" "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+    say "$@"
+    exit 1
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "not root and no sudo: cannot run $*"
+    fi
+}
+
+LIB_APT_UPDATED=0
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
+    log "installing $* (apt)"
+    if [ "$LIB_APT_UPDATED" = 0 ]; then
+        as_root apt-get update -qq || die "apt-get update failed"
+        LIB_APT_UPDATED=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
+        die "apt-get install $* failed"
+}
+
+need_command() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    apt_install "${2:-$1}"
+    command -v "$1" >/dev/null 2>&1 || die "$1 still not found after installing ${2:-$1}"
+}
+
+# Run from the repository's root (every script cds there first).
+target_dir() {
+    local dir=${CARGO_TARGET_DIR:-target}
+    case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+    printf '%s\n' "$dir"
+}
+
+# Prints the directory holding initdb, pg_ctl and postgres: the newest
+# /usr/lib/postgresql/<v>/bin, else initdb's on PATH. Returns 1 when there is
+# none; with --install, installs the Debian package postgresql in that case.
+pg_server_bin() {
+    local dir="" candidate major newest=0 initdb
+    for candidate in /usr/lib/postgresql/*/bin; do
+        [ -x "$candidate/initdb" ] || continue
+        major=${candidate#/usr/lib/postgresql/}
+        major=${major%%[!0-9]*}
+        if [ "${major:-0}" -ge "$newest" ]; then
+            newest=$major
+            dir=$candidate
+        fi
+    done
+    if [ -z "$dir" ] && initdb=$(command -v initdb 2>/dev/null); then
+        dir=$(dirname "$initdb")
+    fi
+    if [ -z "$dir" ] || [ ! -x "$dir/initdb" ]; then
+        [ "${1:-}" = --install ] || return 1
+        apt_install postgresql
+        pg_server_bin
+        return
+    fi
+    printf '%s\n' "$dir"
+}
+
+make_workdir() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX") || die "mktemp failed"
+    # As root, a private PostgreSQL runs as `postgres`, which must enter it.
+    chmod 755 "$WORK"
+}
+
+# Picks a port below the kernel's ephemeral range (so no outgoing connection
+# holds it) that nothing listens on, and that this script has not handed out
+# before. Usage: free_port VAR (not in $(...): the handed-out list must persist).
+# Its locals are named so that no caller's VAR is one of them.
+LIB_USED_PORTS=" "
+free_port() {
+    local __fp_var=$1 __fp_low=32768 __fp_port _
+    read -r __fp_low _ 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || true
+    [ "${__fp_low:-0}" -gt 11000 ] 2>/dev/null || __fp_low=32768
+    for _ in $(seq 200); do
+        __fp_port=$((10000 + (RANDOM * 32768 + RANDOM) % (__fp_low - 10000)))
+        case $LIB_USED_PORTS in *" $__fp_port "*) continue ;; esac
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$__fp_port") 2>/dev/null; then
+            LIB_USED_PORTS="$LIB_USED_PORTS$__fp_port "
+            printf -v "$__fp_var" '%s' "$__fp_port"
+            return 0
+        fi
+    done
+    die "no free loopback port found"
+}
+
+PIDS=()
+start() {
+    local logfile=$1
+    shift
+    "$@" >"$logfile" 2>&1 &
+    STARTED=$!
+    PIDS+=("$STARTED")
+}
+
+stop() {
+    local pid=$1 _
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq "$((${2:-5} * 10))"); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_started() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        stop "$pid" "${1:-5}"
+    done
+}
+
+# Waits up to 60 s until URL answers (any HTTP status). With PID, fails as soon
+# as that process exits; with LOGFILE, prints it on failure.
+wait_http() {
+    local url=$1 pid=${2:-} logfile=${3:-} _
+    for _ in $(seq 600); do
+        if curl -s -o /dev/null --max-time 1 "$url"; then return 0; fi
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            [ -z "$logfile" ] || cat "$logfile" >&2
+            die "process $pid exited before answering $url"
+        fi
+        sleep 0.1
+    done
+    [ -z "$logfile" ] || cat "$logfile" >&2
+    die "$url did not answer within 60 s"
+}
