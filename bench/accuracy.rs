@@ -137,42 +137,29 @@ fn report(mix: &Mix, clients: usize, duration_s: f64) {
 /// Replays the log's admitted history and, at each request, asks whether
 /// the sliding counter's estimate from that same history would decide alike.
 fn judge_estimate(t: &mut EstimateTally, trace: &[i64], exact: &[bool]) {
-    let (mut window_index, mut count, mut prev) = (i64::MIN, 0u64, 0u64);
+    let params = Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US };
+    let mut state: Option<State> = None;
     for (&now, &admitted) in trace.iter().zip(exact) {
-        let index = now.div_euclid(WINDOW_US);
-        if index != window_index {
-            prev = if index == window_index + 1 { count } else { 0 };
-            count = 0;
-            window_index = index;
-        }
-        let elapsed = now - index * WINDOW_US;
-        let weighted = (u128::from(prev) * (WINDOW_US - elapsed) as u128 / WINDOW_US as u128) as u64;
-        let estimate_allows = weighted + count < LIMIT;
+        let estimate = decide(params, state.as_ref(), 1, now, admitted);
         t.requests += 1;
-        t.wrong += u64::from(estimate_allows != admitted);
-        count += u64::from(admitted);
+        t.wrong += u64::from(estimate.allowed != admitted);
+        state = Some(estimate.next);
     }
     t.wrong_counting_all += counting_all_mismatches(trace);
 }
 
 /// Estimate and exact count over every request of the trace, admitted or not.
 fn counting_all_mismatches(trace: &[i64]) -> u64 {
-    let (mut window_index, mut count, mut prev, mut left, mut wrong) = (i64::MIN, 0u64, 0u64, 0usize, 0u64);
+    let params = Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US };
+    let (mut state, mut left, mut wrong): (Option<State>, usize, u64) = (None, 0, 0);
     for (right, &now) in trace.iter().enumerate() {
-        let index = now.div_euclid(WINDOW_US);
-        if index != window_index {
-            prev = if index == window_index + 1 { count } else { 0 };
-            count = 0;
-            window_index = index;
-        }
         while trace[left] <= now - WINDOW_US {
             left += 1;
         }
         let exact_allows = ((right - left) as u64) < LIMIT;
-        let elapsed = now - index * WINDOW_US;
-        let weighted = (u128::from(prev) * (WINDOW_US - elapsed) as u128 / WINDOW_US as u128) as u64;
-        wrong += u64::from((weighted + count < LIMIT) != exact_allows);
-        count += 1;
+        let estimate = decide(params, state.as_ref(), 1, now, true);
+        wrong += u64::from(estimate.allowed != exact_allows);
+        state = Some(estimate.next);
     }
     wrong
 }

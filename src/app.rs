@@ -4,12 +4,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{Config, Database};
 use crate::limiter::{KeySecret, Limiter};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth};
-use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
+use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
 
 /// How often a degraded instance asks whether Postgres is back.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -24,7 +24,10 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
     #[error("cannot connect to PostgreSQL or apply migrations: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. Set PGLIMIT_API_TOKENS, or bind to a loopback address")]
+    #[error(
+        "refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. \
+         Set PGLIMIT_API_TOKENS, or bind to a loopback address"
+    )]
     OpenOnNetwork(std::net::SocketAddr),
 }
 
@@ -44,11 +47,10 @@ impl Service {
             Some(path) => Policies::load(path)?,
             None => Policies::builtin(),
         };
-        let (url, secret, cluster) = match &config.database_url {
-            Some(url) => (url.clone(), shared_secret(config)?, None),
-            None => {
-                let (dir, bin) = (&config.data_dir, config.pg_bin.as_deref());
-                private_database(dir, bin, config.key_secret.clone()).await?
+        let (url, secret, cluster) = match &config.database {
+            Database::Shared { url, secret } => (url.clone(), secret.clone(), None),
+            Database::Private { data_dir, pg_bin, secret } => {
+                private_database(data_dir, pg_bin.as_deref(), secret.clone()).await?
             }
         };
         let pg = PgStore::connect(&url, pg_options(config)).await?;
@@ -65,22 +67,11 @@ impl Service {
 fn pg_options(config: &Config) -> PgStoreOptions {
     PgStoreOptions {
         connections: config.db_pool_size,
-        timeout: config.db_timeout,
+        longest_wait: longest_wait(config.db_timeout),
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
         unlogged: config.unlogged,
     }
-}
-
-/// The secret every instance on a shared database must use. `Config`
-/// already refuses a database URL without one; this keeps it an error here too.
-fn shared_secret(config: &Config) -> Result<KeySecret, StartError> {
-    config.key_secret.clone().ok_or_else(|| {
-        StartError::Config(crate::config::ConfigError {
-            var: "PGLIMIT_KEY_SECRET",
-            reason: "required when DATABASE_URL is set".into(),
-        })
-    })
 }
 
 /// Zero-config mode: a private cluster in `dir`, and the configured key
@@ -100,7 +91,8 @@ async fn private_database(
         Some(secret) => secret,
         None => load_or_create_secret(&dir)?,
     };
-    tracing::info!(data_dir = %cluster.data_dir().display(), port = cluster.port(), "started a private PostgreSQL (DATABASE_URL is not set)");
+    let (data_dir, port) = (cluster.data_dir().display(), cluster.port());
+    tracing::info!(%data_dir, port, "started a private PostgreSQL (DATABASE_URL is not set)");
     Ok((cluster.url(), secret, Some(cluster)))
 }
 

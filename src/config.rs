@@ -13,13 +13,7 @@ use crate::limiter::{KeySecret, MIN_SECRET_LEN};
 #[derive(Clone)]
 pub struct Config {
     pub bind: SocketAddr,
-    /// `None`: start a private PostgreSQL cluster in `data_dir`.
-    pub database_url: Option<String>,
-    /// Required with `database_url`; otherwise generated once into `data_dir`.
-    pub key_secret: Option<KeySecret>,
-    pub data_dir: PathBuf,
-    /// Where `initdb` and `pg_ctl` are; `None`: PATH, then /usr/lib/postgresql.
-    pub pg_bin: Option<PathBuf>,
+    pub database: Database,
     pub policies: Option<PathBuf>,
     pub api_tokens: Vec<String>,
     pub cleanup_rate: f64,
@@ -31,18 +25,43 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// Redacts the database URL (it may hold a password) and the secret.
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Shared { .. } => f.write_str("Shared { url: <set> }"),
+            Self::Private { data_dir, .. } => write!(f, "Private {{ data_dir: {data_dir:?} }}"),
+        }
+    }
+}
+
 /// Redacts the database URL (it may hold a password) and the API tokens.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("bind", &self.bind)
-            .field("database_url", &self.database_url.as_ref().map(|_| "<set>"))
-            .field("data_dir", &self.data_dir)
+            .field("database", &self.database)
             .field("policies", &self.policies)
             .field("api_tokens", &self.api_tokens.len())
             .field("db_timeout", &self.db_timeout)
             .finish_non_exhaustive()
     }
+}
+
+/// Where counters are kept, and the secret their keys are made with.
+#[derive(Clone)]
+pub enum Database {
+    /// `DATABASE_URL`, shared by every instance, which must all use the same
+    /// secret (so one is required).
+    Shared { url: String, secret: KeySecret },
+    /// No `DATABASE_URL`: a private cluster in `data_dir`, with the configured
+    /// secret or one generated once and kept beside it.
+    Private {
+        data_dir: PathBuf,
+        /// Where `initdb` and `pg_ctl` are; `None`: PATH, then /usr/lib/postgresql.
+        pg_bin: Option<PathBuf>,
+        secret: Option<KeySecret>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,18 +84,9 @@ impl Config {
 
     /// Reads the configuration through `get` (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let database_url = get("DATABASE_URL");
-        let key_secret = match get("PGLIMIT_KEY_SECRET") {
-            Some(s) => Some(KeySecret::new(s.as_bytes()).ok_or_else(|| short_secret(s.len()))?),
-            None if database_url.is_some() => return Err(missing_secret()),
-            None => None,
-        };
         Ok(Self {
             bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
-            database_url,
-            key_secret,
-            data_dir: get("PGLIMIT_DATA_DIR").map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
-            pg_bin: get("PGLIMIT_PG_BIN").map(PathBuf::from),
+            database: database(&get)?,
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
             api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
             cleanup_rate: in_range(
@@ -127,6 +137,22 @@ impl Config {
             },
         })
     }
+}
+
+fn database(get: &impl Fn(&str) -> Option<String>) -> Result<Database, ConfigError> {
+    let secret = match get("PGLIMIT_KEY_SECRET") {
+        Some(s) => Some(KeySecret::new(s.as_bytes()).ok_or_else(|| short_secret(s.len()))?),
+        None => None,
+    };
+    Ok(match (get("DATABASE_URL"), secret) {
+        (Some(url), Some(secret)) => Database::Shared { url, secret },
+        (Some(_), None) => return Err(missing_secret()),
+        (None, secret) => Database::Private {
+            data_dir: get("PGLIMIT_DATA_DIR").map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
+            pg_bin: get("PGLIMIT_PG_BIN").map(PathBuf::from),
+            secret,
+        },
+    })
 }
 
 fn missing_secret() -> ConfigError {
@@ -191,7 +217,7 @@ mod tests {
         assert_eq!(c.bind.to_string(), "127.0.0.1:8080");
         assert_eq!(c.db_timeout, Duration::from_millis(250));
         assert_eq!(c.cleanup_rate, 0.01);
-        assert!(c.database_url.is_none() && c.key_secret.is_none() && c.api_tokens.is_empty());
+        assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
     }
 
     #[test]

@@ -7,6 +7,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::limiter::{CheckError, Invalid};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("the request body is not valid JSON: {0}")]
@@ -56,6 +58,32 @@ impl Error {
             Self::NotFound(_) => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
         }
+    }
+}
+
+impl From<CheckError> for Error {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Invalid(invalid) => invalid.into(),
+            CheckError::StoreUnavailable => Self::StoreUnavailable,
+        }
+    }
+}
+
+/// Names the request field each mistake is about.
+impl From<Invalid> for Error {
+    fn from(invalid: Invalid) -> Self {
+        let field = match &invalid {
+            Invalid::UnknownPolicy(name) => return Self::UnknownPolicy(name.clone()),
+            Invalid::UnexpectedIdentifier { name, .. }
+            | Invalid::MissingIdentifier { name, .. }
+            | Invalid::BadIdentifier { name, .. } => format!("identifiers.{name}"),
+            Invalid::KeyLength => "key".into(),
+            Invalid::Limit(_) => "limit".into(),
+            Invalid::Window(_) => "window".into(),
+            Invalid::CostRange | Invalid::CostOverLimit { .. } => "cost".into(),
+        };
+        Self::field(field, invalid.to_string())
     }
 }
 

@@ -14,17 +14,23 @@
 //!
 //! ## Layout
 //!
-//! - [`config`]: environment variables, parsed once into [`config::Config`].
+//! Layers point one way: [`server`] → [`limiter`] → [`policy`] →
+//! [`algorithm`], and [`limiter`] → [`storage`] → [`algorithm`].
+//!
+//! - [`algorithm`]: the pure model: four algorithms, the limit rule, all or
+//!   nothing across buckets. Knows nothing of configuration or HTTP.
 //! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
-//! - [`algorithm`]: fixed window, sliding window, sliding log, token bucket, as pure functions.
-//! - [`limiter`]: request → buckets (keys are HMACs, see [`limiter::bucket_key`]) → [`limiter::Decision`].
-//! - [`storage`]: the [`storage::Store`] trait; the Postgres store (lanes that
-//!   batch concurrent checks), the memory store, the fallback that switches
-//!   between them, and the cache of denials.
-//! - [`server`]: the router, [`server::AppState`], headers, auth, `serve`.
+//! - [`storage`]: the [`storage::Store`] trait; Postgres (lanes that batch
+//!   concurrent checks), memory, the fallback between them, the deny cache.
+//! - [`limiter`]: validates a request, derives its keys
+//!   ([`limiter::bucket_key`]), asks the store, shapes a [`limiter::Decision`].
+//! - [`server`]: the router (a function tests call without a socket),
+//!   handlers, headers, auth, `serve`.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
-//! - [`app`]: assembling a [`app::Service`] from a config.
+//! - [`config`], [`app`]: environment variables, and a service assembled from them.
 //! - [`pg_cluster`]: a private PostgreSQL for zero-config runs and tests.
+//!
+//! The design, with a check's path drawn out, is in `docs/design.md`.
 
 pub mod algorithm;
 pub mod app;

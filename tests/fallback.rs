@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, instance, remaining, unique, wait_for_postgres};
+use common::{check, degraded, instance, remaining, unique, wait_for_postgres};
 use pglimit::pg_cluster::{Cluster, StopMode};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -113,7 +113,7 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
     let paused = Paused::start();
     let reply = check(&app, json!({ "key": unique("p"), "limit": 5, "window": "1m" })).await;
     reply.assert_memory_admits(); // the first check waits out the timeout
-    assert!(app.limiter.store().inner().is_degraded(), "and trips the instance");
+    assert!(degraded(&app).await, "and trips the instance");
     // The rest go straight to memory instead of each waiting 200 ms: 50 of
     // them finish well inside what 50 timeouts would take, and none waits
     // anywhere near a second. (Bounds on a behaviour, not a speed: the

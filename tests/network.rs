@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, unique, wait_for_postgres};
+use common::{check, degraded, unique, wait_for_postgres};
 use pglimit::pg_cluster::Cluster;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -162,5 +162,5 @@ async fn a_slow_path_within_the_timeout_stays_on_postgres_and_exact() {
         let expected = if n <= 5 { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
         assert_eq!(reply.status, expected, "check {n}: {}", reply.body);
     }
-    assert!(!app.limiter.store().inner().is_degraded());
+    assert!(!degraded(&app).await);
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
 use crate::algorithm::Algorithm;
-use crate::storage::{BucketSpec, Checked, StoreKind};
+use crate::storage::{Answer, BucketSpec, StoreKind};
 
 /// The outcome of a check. A denial is a normal outcome, not an error.
 #[derive(Debug, Clone, Serialize)]
@@ -47,11 +47,11 @@ impl Decision {
     /// Combines the store's answer with the buckets it was asked about. The
     /// top-level figures are those of the denying bucket the caller must wait
     /// for longest, or else of the bucket with the least remaining.
-    pub fn new(specs: &[BucketSpec], checked: Checked) -> Self {
-        let allowed = checked.allowed();
+    pub fn new(specs: &[BucketSpec], answer: Answer) -> Self {
+        let allowed = answer.allowed();
         let buckets: Vec<BucketDecision> = specs
             .iter()
-            .zip(&checked.buckets)
+            .zip(&answer.buckets)
             .map(|(spec, state)| BucketDecision {
                 name: spec.name.clone(),
                 algorithm: spec.algorithm,
@@ -68,12 +68,12 @@ impl Decision {
         } else {
             buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))
         };
-        let now = checked.now;
+        let now = answer.now;
         let (limit, remaining, reset_at) =
             headline.map_or((0, 0, now), |b| (b.limit, b.remaining, b.reset_at));
         let retry_at = headline.and_then(|b| b.retry_at).unwrap_or(reset_at);
         let retry_after_s = (!allowed).then(|| seconds_until(now, retry_at).max(1));
-        let (store, degraded) = (checked.store, checked.degraded);
+        let (store, degraded) = (answer.store, answer.degraded);
         Self { allowed, limit, remaining, reset_at, retry_after_s, store, degraded, buckets, now }
     }
 }

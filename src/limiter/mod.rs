@@ -1,32 +1,34 @@
 //! Turns a check request into buckets, asks the store, and shapes the answer.
 //!
-//! This is where identifiers are validated and normalised, where keys are
-//! derived (never stored raw), and where a policy's buckets become one batch
-//! so that a check of any number of buckets is one store call.
+//! This is where requests are validated ([`request`]), where keys are
+//! derived (never stored raw, [`key`]), where a policy's buckets become one
+//! batch so that a check of any number of buckets is one store call, and
+//! where a policy's choice for an unreachable store is applied.
 
 mod decision;
 mod key;
+mod request;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+
+use chrono::Utc;
 
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
+pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
-use crate::algorithm::Algorithm;
-use crate::error::Error;
-use crate::policy::{Policies, Policy};
-use crate::storage::{BucketSpec, CheckBatch, OnStoreError, Store, StoreError};
+use crate::policy::{OnStoreError, Policies, Policy};
+use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, Store, StoreError, StoreKind};
 
-/// Longest ad hoc key accepted, in bytes.
-pub const MAX_KEY_LEN: usize = 256;
-
-/// A validated check request, in one of its two forms.
-#[derive(Debug, Clone)]
-pub enum CheckRequest {
-    Policy { policy: String, identifiers: BTreeMap<String, String>, cost: u64 },
-    AdHoc { key: String, limit: u64, window: Duration, algorithm: Algorithm, cost: u64 },
+/// Why a check has no decision. A denial is a decision, not one of these.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// Postgres cannot answer and the check's policy fails closed.
+    #[error("the counter store is unavailable")]
+    StoreUnavailable,
 }
 
 pub struct Limiter<S> {
@@ -45,71 +47,52 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides `request`: `Ok` for both admitted and denied checks.
-    pub async fn check(&self, request: &CheckRequest) -> Result<Decision, Error> {
-        let batch = self.plan(request)?;
-        match self.store.check(&batch).await {
-            Ok(checked) => Ok(Decision::new(&batch.buckets, checked)),
-            Err(StoreError::Unavailable) => Err(Error::StoreUnavailable),
+    pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
+        let (batch, on_store_error) = self.plan(request)?;
+        let answer = match self.store.check(&batch).await {
+            Ok(answer) => answer,
+            Err(StoreError::Unavailable) if on_store_error == OnStoreError::Allow => admit_uncounted(&batch),
+            Err(StoreError::Unavailable) => return Err(CheckError::StoreUnavailable),
             Err(e) => {
                 tracing::error!(error = %e, "fallback store failed");
-                Err(Error::StoreUnavailable)
+                return Err(CheckError::StoreUnavailable);
             }
-        }
+        };
+        Ok(Decision::new(&batch.buckets, answer))
     }
 
-    /// The buckets `request` must check, with their keys.
-    pub fn plan(&self, request: &CheckRequest) -> Result<CheckBatch, Error> {
+    /// The buckets `request` must check, with their keys, and what to do
+    /// if Postgres cannot answer.
+    pub fn plan(&self, request: &CheckRequest) -> Result<(CheckBatch, OnStoreError), Invalid> {
         match request {
             CheckRequest::Policy { policy, identifiers, cost } => {
-                let policy = self.policies.get(policy).ok_or_else(|| Error::UnknownPolicy(policy.clone()))?;
-                self.plan_policy(policy, identifiers, *cost)
+                let policy =
+                    self.policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
+                let buckets = self.policy_buckets(policy, identifiers, *cost)?;
+                Ok((batch(buckets, *cost, policy.on_store_error), policy.on_store_error))
             }
             CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
+                let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
+                let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
                 let spec = BucketSpec {
                     name: Arc::from("default"),
-                    key: bucket_key(&self.secret, &KeyScope::AdHoc { key, algorithm: *algorithm }),
-                    limit: *limit,
-                    window: *window,
-                    algorithm: *algorithm,
+                    key: bucket_key(&self.secret, &scope),
+                    limit: valid.limit,
+                    window: valid.window,
+                    algorithm: valid.algorithm,
                 };
-                Ok(CheckBatch { buckets: vec![spec], cost: *cost, on_store_error: OnStoreError::Memory })
+                Ok((batch(vec![spec], *cost, OnStoreError::Memory), OnStoreError::Memory))
             }
         }
     }
 
-    fn plan_policy(
+    fn policy_buckets(
         &self,
         policy: &Policy,
         raw: &BTreeMap<String, String>,
         cost: u64,
-    ) -> Result<CheckBatch, Error> {
-        if let Some(extra) = raw.keys().find(|k| !policy.identifiers.contains_key(*k)) {
-            let expected: Vec<&str> = policy.identifiers.keys().map(String::as_str).collect();
-            let detail = format!(
-                "{extra:?} is not an identifier of policy {:?} (expected: {})",
-                policy.name,
-                expected.join(", ")
-            );
-            return Err(Error::field(format!("identifiers.{extra}"), detail));
-        }
-        let mut values = BTreeMap::new();
-        for (field, kind) in &policy.identifiers {
-            let at = format!("identifiers.{field}");
-            let raw = raw
-                .get(field)
-                .ok_or_else(|| Error::field(&at, format!("{at} is required by policy {:?}", policy.name)))?;
-            let value = kind.normalise(raw).map_err(|why| Error::field(&at, format!("{at} {why}")))?;
-            values.insert(field.as_str(), value);
-        }
-        if let Some(b) = policy.buckets.iter().find(|b| cost > b.limit) {
-            return Err(Error::field(
-                "cost",
-                format!(
-                    "cost {cost} exceeds the limit {} of bucket {:?}, so it could never be allowed",
-                    b.limit, b.name
-                ),
-            ));
-        }
+    ) -> Result<Vec<BucketSpec>, Invalid> {
+        let values = request::identifiers(policy, raw, cost)?;
         let buckets = policy.buckets.iter().map(|b| {
             let parts: Vec<&str> =
                 b.on.iter().map(|f| values.get(f.as_str()).map_or("", String::as_str)).collect();
@@ -127,6 +110,21 @@ impl<S: Store> Limiter<S> {
                 algorithm: b.algorithm,
             }
         });
-        Ok(CheckBatch { buckets: buckets.collect(), cost, on_store_error: policy.on_store_error })
+        Ok(buckets.collect())
     }
+}
+
+fn batch(buckets: Vec<BucketSpec>, cost: u64, on_store_error: OnStoreError) -> CheckBatch {
+    CheckBatch { buckets, cost, memory_fallback: on_store_error == OnStoreError::Memory }
+}
+
+/// The answer for `on_store_error = "allow"`: admitted, nothing counted.
+fn admit_uncounted(batch: &CheckBatch) -> Answer {
+    let now = Utc::now();
+    let buckets = batch
+        .buckets
+        .iter()
+        .map(|b| BucketAnswer { allowed: true, remaining: b.limit, reset_at: now, retry_at: None })
+        .collect();
+    Answer { buckets, now, store: StoreKind::None, degraded: true }
 }

@@ -14,8 +14,7 @@ use super::headers::rate_limit_headers;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::algorithm::Algorithm;
 use crate::error::Error;
-use crate::limiter::{CheckRequest, Decision, MAX_KEY_LEN};
-use crate::policy::{check_limit, parse_window, MAX_LIMIT};
+use crate::limiter::{CheckRequest, Decision};
 
 pub async fn check(
     State(state): State<AppState>,
@@ -52,13 +51,11 @@ struct CheckBody {
     cost: Option<u64>,
 }
 
-/// Parses and validates a body; every error names the field at fault.
+/// Parses a body into one of the two forms; every error names the field at
+/// fault. The values are validated by the limiter.
 pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
     let raw = deserialize(body)?;
     let cost = raw.cost.unwrap_or(1);
-    if cost > MAX_LIMIT {
-        return Err(Error::field("cost", format!("cost must be between 0 and {MAX_LIMIT}")));
-    }
     match (&raw.policy, &raw.key) {
         (Some(_), Some(_)) => {
             Err(Error::field("key", format!("give either {POLICY_FORM} or {KEY_FORM}, not both")))
@@ -85,20 +82,10 @@ fn policy_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
 
 fn key_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
     reject_present("identifiers", raw.identifiers.is_some(), "key")?;
-    let key = raw.key.unwrap_or_default();
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(Error::field("key", format!("key must be 1 to {MAX_KEY_LEN} bytes")));
-    }
-    let algorithm = raw.algorithm.unwrap_or_default();
     let limit = raw.limit.ok_or_else(|| Error::field("limit", "limit is required with \"key\""))?;
-    check_limit(algorithm, limit).map_err(|e| Error::field("limit", format!("limit: {e}")))?;
     let window =
         raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
-    let window = parse_window(&window).map_err(|e| Error::field("window", e))?;
-    if cost > limit {
-        let detail = format!("cost {cost} exceeds limit {limit}, so it could never be allowed");
-        return Err(Error::field("cost", detail));
-    }
+    let (key, algorithm) = (raw.key.unwrap_or_default(), raw.algorithm.unwrap_or_default());
     Ok(CheckRequest::AdHoc { key, limit, window, algorithm, cost })
 }
 

@@ -20,7 +20,7 @@ pub use headers::rate_limit_headers;
 
 use crate::error::Error;
 use crate::limiter::Limiter;
-use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore};
+use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore, Store};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -67,7 +67,7 @@ async fn healthz() -> Json<Value> {
 /// Which store is answering checks now. Still 200 in fallback: the
 /// instance answers, and every instance would fall back alike.
 async fn readyz(State(state): State<AppState>) -> Json<Value> {
-    let degraded = state.limiter.store().inner().is_degraded();
+    let degraded = state.limiter.store().is_degraded();
     let store = if degraded { "memory" } else { "postgres" };
     Json(json!({ "status": "ready", "store": store, "degraded": degraded }))
 }

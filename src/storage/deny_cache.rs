@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::{CheckBatch, Checked, Store, StoreError, StoreKind};
+use super::{Answer, CheckBatch, Store, StoreError, StoreKind};
 
 pub struct DenyCache<S> {
     inner: S,
@@ -45,7 +45,7 @@ struct Remembered {
     until: Instant,
     /// The database's `retry_at` that `until` stands for.
     retry: DateTime<Utc>,
-    checked: Checked,
+    checked: Answer,
 }
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -57,20 +57,16 @@ impl<S: Store> DenyCache<S> {
         Self { inner, entries: Mutex::new(entries), capacity }
     }
 
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    fn recall(&self, fingerprint: u64) -> Option<Checked> {
+    fn recall(&self, fingerprint: u64) -> Option<Answer> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let remembered = entries.map.get(&fingerprint).filter(|r| Instant::now() < r.until)?;
         // Set the answer's clock so that its durations are what is left now.
         let left = remembered.until.saturating_duration_since(Instant::now());
         let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
-        Some(Checked { now, ..remembered.checked.clone() })
+        Some(Answer { now, ..remembered.checked.clone() })
     }
 
-    fn remember(&self, fingerprint: u64, checked: &Checked) {
+    fn remember(&self, fingerprint: u64, checked: &Answer) {
         let Some(retry) = latest_retry(checked) else { return };
         let Ok(wait) = (retry - checked.now).to_std() else { return };
         let until = Instant::now() + wait;
@@ -92,12 +88,12 @@ impl<S: Store> DenyCache<S> {
 
 /// The latest retry time among the denying buckets: the check cannot pass
 /// before it, whatever else happens.
-fn latest_retry(checked: &Checked) -> Option<DateTime<Utc>> {
+fn latest_retry(checked: &Answer) -> Option<DateTime<Utc>> {
     checked.buckets.iter().filter(|b| !b.allowed).map(|b| b.retry_at.unwrap_or(b.reset_at)).max()
 }
 
 impl<S: Store> Store for DenyCache<S> {
-    async fn check(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         if batch.cost == 0 {
             return self.inner.check(batch).await;
         }
@@ -118,6 +114,10 @@ impl<S: Store> Store for DenyCache<S> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
+    }
+
+    fn is_degraded(&self) -> bool {
+        self.inner.is_degraded()
     }
 }
 

@@ -19,12 +19,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-
-use super::{window_end, BucketState, CheckBatch, Checked, OnStoreError, Store, StoreError, StoreKind};
+use super::{Answer, CheckBatch, Store, StoreError};
 
 /// How many `timeout`s a check may wait while the primary is making progress.
-pub const OVERLOAD_FACTOR: u32 = 20;
+const OVERLOAD_FACTOR: u32 = 20;
+
+/// The longest a check waits for the primary while it makes progress:
+/// server-side limits must end before this, or a statement could commit a
+/// count for a check already answered from memory.
+pub fn longest_wait(timeout: Duration) -> Duration {
+    timeout * OVERLOAD_FACTOR
+}
 /// Smallest budget for a recovery probe, which must open a connection.
 const MIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// At most one "refused one check" warning per this period.
@@ -72,23 +77,14 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
         Self { inner: Arc::new(inner) }
     }
 
-    /// True while checks are answered without the primary store.
-    pub fn is_degraded(&self) -> bool {
-        self.inner.degraded.load(Ordering::Acquire)
-    }
-
-    pub fn primary(&self) -> &P {
-        &self.inner.primary
-    }
-
     fn now_ms(&self) -> u64 {
         self.inner.epoch.elapsed().as_millis() as u64
     }
 
-    async fn try_primary(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+    async fn try_primary(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         let call = self.inner.primary.check(batch);
         tokio::pin!(call);
-        let give_up = Instant::now() + self.inner.timeout * OVERLOAD_FACTOR;
+        let give_up = Instant::now() + longest_wait(self.inner.timeout);
         loop {
             let waiting_since = self.now_ms();
             let Ok(result) = tokio::time::timeout(self.inner.timeout, &mut call).await else {
@@ -168,19 +164,18 @@ impl<P: Store, M: Store> FallbackStore<P, M> {
         }
     }
 
-    async fn fall_back(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
-        let mut checked = match batch.on_store_error {
-            OnStoreError::Memory => self.inner.memory.check(batch).await?,
-            OnStoreError::Allow => admit_uncounted(batch),
-            OnStoreError::Deny => return Err(StoreError::Unavailable),
-        };
-        checked.degraded = true;
-        Ok(checked)
+    async fn fall_back(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        if !batch.memory_fallback {
+            return Err(StoreError::Unavailable);
+        }
+        let mut answer = self.inner.memory.check(batch).await?;
+        answer.degraded = true;
+        Ok(answer)
     }
 }
 
 impl<P: Store, M: Store> Store for FallbackStore<P, M> {
-    async fn check(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         if !self.is_degraded() {
             match self.try_primary(batch).await {
                 Ok(checked) => return Ok(checked),
@@ -198,20 +193,8 @@ impl<P: Store, M: Store> Store for FallbackStore<P, M> {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.primary.ping().await
     }
-}
 
-/// The answer for `on_store_error = "allow"`: admitted, nothing counted.
-fn admit_uncounted(batch: &CheckBatch) -> Checked {
-    let now = Utc::now();
-    let buckets = batch
-        .buckets
-        .iter()
-        .map(|b| BucketState {
-            allowed: true,
-            remaining: b.limit,
-            reset_at: window_end(now, b.window),
-            retry_at: None,
-        })
-        .collect();
-    Checked { buckets, now, store: StoreKind::None, degraded: true }
+    fn is_degraded(&self) -> bool {
+        self.inner.degraded.load(Ordering::Acquire)
+    }
 }

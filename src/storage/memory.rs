@@ -12,8 +12,8 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use super::{from_us, to_us, BucketState, CheckBatch, Checked, Key, Store, StoreError, StoreKind};
-use crate::algorithm::{decide, State};
+use super::{from_us, to_us, Answer, BucketAnswer, CheckBatch, Key, Store, StoreError, StoreKind};
+use crate::algorithm::{decide_all, State};
 
 const SHARDS: usize = 16;
 
@@ -42,7 +42,7 @@ impl MemoryStore {
 
     /// Decides `batch` as of `now`. All shards a batch touches are locked in
     /// shard order, so the decision is atomic and concurrent batches cannot deadlock.
-    pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Checked {
+    pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Answer {
         let now_us = to_us(now);
         let mut shard_ids: Vec<usize> = batch.buckets.iter().map(|b| shard_of(&b.key)).collect();
         shard_ids.sort_unstable();
@@ -50,31 +50,29 @@ impl MemoryStore {
         let mut guards: Vec<_> = shard_ids.iter().map(|&i| lock(&self.shards[i])).collect();
         let slot = |key: &Key| position(&shard_ids, shard_of(key));
 
-        let admit = batch.cost > 0
-            && batch.buckets.iter().all(|b| {
-                decide(b.params(), guards[slot(&b.key)].get(&b.key), batch.cost, now_us, false).allowed
-            });
+        let states: Vec<_> =
+            batch.buckets.iter().map(|b| (b.params(), guards[slot(&b.key)].get(&b.key))).collect();
+        let joint = decide_all(&states, batch.cost, now_us);
+        drop(states);
         let mut buckets = Vec::with_capacity(batch.buckets.len());
-        for b in &batch.buckets {
-            let map = &mut guards[slot(&b.key)];
-            let verdict = decide(b.params(), map.get(&b.key), batch.cost, now_us, admit);
-            buckets.push(BucketState {
+        for (b, verdict) in batch.buckets.iter().zip(joint.verdicts) {
+            buckets.push(BucketAnswer {
                 allowed: verdict.allowed,
                 remaining: verdict.remaining,
                 reset_at: from_us(verdict.full_us),
                 retry_at: verdict.retry_us.map(from_us),
             });
-            if admit {
-                insert_bounded(map, b.key, verdict.next, now_us, self.per_shard);
+            if joint.admitted {
+                insert_bounded(&mut guards[slot(&b.key)], b.key, verdict.next, now_us, self.per_shard);
             }
         }
         drop(guards);
-        Checked { buckets, now, store: StoreKind::Memory, degraded: false }
+        Answer { buckets, now, store: StoreKind::Memory, degraded: false }
     }
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, batch: &CheckBatch) -> Result<Checked, StoreError> {
+    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         Ok(self.check_at(batch, Utc::now()))
     }
 
@@ -132,7 +130,7 @@ mod tests {
 
     use super::MemoryStore;
     use crate::algorithm::Algorithm;
-    use crate::storage::{BucketSpec, CheckBatch, OnStoreError};
+    use crate::storage::{BucketSpec, CheckBatch};
 
     fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
         let mut key = [0u8; 32];
@@ -142,7 +140,7 @@ mod tests {
     }
 
     fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
-        CheckBatch { buckets: buckets.to_vec(), cost, on_store_error: OnStoreError::Memory }
+        CheckBatch { buckets: buckets.to_vec(), cost, memory_fallback: true }
     }
 
     fn t0() -> DateTime<Utc> {

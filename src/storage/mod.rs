@@ -1,19 +1,14 @@
 //! Where counters live.
 //!
 //! Every store implements [`Store`]: one call decides all the buckets of a
-//! check at once, with the same fixed-window semantics:
-//!
-//! * a bucket's window starts at its key's first admitted request (not on the
-//!   clock minute) and lasts `window`; a window that has reached `reset_at`
-//!   counts as empty;
-//! * a check is admitted only if every bucket has room for `cost`
-//!   (`count + cost <= limit`); then every bucket takes `cost`;
-//! * a denied check changes nothing, in any bucket;
-//! * `cost == 0` reports the state and changes nothing.
+//! check at once, by the rules of [`crate::algorithm`]: admitted only if
+//! every bucket has room for the cost, then every bucket takes it; a denied
+//! check or a peek (`cost == 0`) changes nothing.
 //!
 //! [`PgStore`] keeps counters in PostgreSQL and is exact across instances;
 //! [`MemoryStore`] keeps them in this process; [`FallbackStore`] serves from
-//! the first and falls back to the second while PostgreSQL is unreachable.
+//! the first and falls back to the second while PostgreSQL is unreachable;
+//! [`DenyCache`] answers repeated denials without asking either.
 
 mod deny_cache;
 mod fallback;
@@ -29,7 +24,7 @@ use chrono::{DateTime, Utc};
 use crate::algorithm::Algorithm;
 
 pub use deny_cache::DenyCache;
-pub use fallback::FallbackStore;
+pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
 pub use postgres::{PgStore, PgStoreOptions};
 
@@ -54,31 +49,20 @@ impl BucketSpec {
     }
 }
 
-/// What to do for a check when the primary store cannot answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnStoreError {
-    /// Answer from this instance's memory (fail open, still limited).
-    #[default]
-    Memory,
-    /// Admit the request without counting it.
-    Allow,
-    /// Refuse with 503 (fail closed).
-    Deny,
-}
-
 /// All the buckets of one check, decided together.
 #[derive(Debug, Clone)]
 pub struct CheckBatch {
     pub buckets: Vec<BucketSpec>,
     pub cost: u64,
-    pub on_store_error: OnStoreError,
+    /// Whether the memory store may answer when Postgres cannot; when not,
+    /// the check fails with [`StoreError::Unavailable`] and the caller decides.
+    pub memory_fallback: bool,
 }
 
 /// One bucket's answer to a check. The figures mean the same whatever the
 /// algorithm.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BucketState {
+pub struct BucketAnswer {
     /// Whether this bucket alone had room for the cost.
     pub allowed: bool,
     /// What is left after this check (nothing is taken on a denied check).
@@ -101,8 +85,8 @@ pub enum StoreKind {
 
 /// The answer of a store: one state per bucket, in the batch's order.
 #[derive(Debug, Clone)]
-pub struct Checked {
-    pub buckets: Vec<BucketState>,
+pub struct Answer {
+    pub buckets: Vec<BucketAnswer>,
     /// The store's clock when it decided; durations in the answer count from here.
     pub now: DateTime<Utc>,
     pub store: StoreKind,
@@ -110,7 +94,7 @@ pub struct Checked {
     pub degraded: bool,
 }
 
-impl Checked {
+impl Answer {
     pub fn allowed(&self) -> bool {
         self.buckets.iter().all(|b| b.allowed)
     }
@@ -124,17 +108,9 @@ pub enum StoreError {
     /// The store answered with an error for this check only (a lock or statement timeout, say).
     #[error("store failed: {0}")]
     Failed(String),
-    /// The store is unreachable and the policy fails closed.
-    #[error("store unavailable and the policy fails closed")]
+    /// Postgres cannot answer and the check may not fall back to memory.
+    #[error("store unavailable and the check may not fall back to memory")]
     Unavailable,
-}
-
-/// When a window of length `window` that starts at `now` ends.
-pub(crate) fn window_end(now: DateTime<Utc>, window: Duration) -> DateTime<Utc> {
-    chrono::TimeDelta::from_std(window)
-        .ok()
-        .and_then(|w| now.checked_add_signed(w))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Microseconds since the epoch, the algorithms' clock.
@@ -149,11 +125,16 @@ pub(crate) fn from_us(us: i64) -> DateTime<Utc> {
 /// A place that keeps counters and decides checks against them.
 pub trait Store: Send + Sync + 'static {
     /// Decides every bucket of `batch` at once, all or nothing.
-    fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Checked, StoreError>> + Send;
+    fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Answer, StoreError>> + Send;
 
     /// Succeeds once the store can answer checks again (and prepares it to).
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Succeeds if the store answers at all; changes nothing.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// True while checks are answered without Postgres.
+    fn is_degraded(&self) -> bool {
+        false
+    }
 }

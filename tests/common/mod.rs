@@ -4,7 +4,10 @@
 //! (loopback, random port, deleted at exit) and every test gets a database of
 //! its own in it. With `DATABASE_URL` set, the databases are created there
 //! (the role needs CREATEDB). Tests never skip: no PostgreSQL is a failure.
+// Each test binary uses a different part of this harness.
 #![allow(dead_code)]
+
+pub mod process;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -119,9 +122,29 @@ pub async fn instance(url: &str, extra: &[(&str, &str)]) -> AppState {
     Service::start(&config).await.expect("service starts").state
 }
 
+/// A Postgres store of its own on `url`, for tests that set the clock or
+/// clean up by hand. No cleanup starts by itself.
+pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
+    let options = pglimit::storage::PgStoreOptions {
+        connections: 2,
+        longest_wait: std::time::Duration::from_secs(5),
+        cleanup_rate: 0.0,
+        cleanup_batch: 1000,
+        unlogged: false,
+    };
+    pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
+}
+
 /// A fresh database and one instance on it.
 pub async fn app() -> AppState {
     instance(&fresh_database().await, &[]).await
+}
+
+/// Whether `app` says, on `/readyz`, that it answers from memory.
+pub async fn degraded(app: &AppState) -> bool {
+    let reply = send(app, Request::get("/readyz").body(Body::empty()).expect("request")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    reply.body["degraded"].as_bool().unwrap_or_else(|| panic!("no degraded flag in {}", reply.body))
 }
 
 pub struct Reply {

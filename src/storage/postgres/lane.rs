@@ -15,23 +15,23 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{classify, statements, timed_out, Shared};
-use crate::storage::{BucketState, CheckBatch, Checked, StoreError, StoreKind};
+use super::session::{classify, timed_out, Session};
+use super::statements;
+use crate::storage::{Answer, CheckBatch, StoreError};
 
 /// Most checks decided in one call.
-pub const MAX_BATCH: usize = 128;
+const MAX_BATCH: usize = 128;
 
 /// A queued check: the batch of buckets, the clock to use (`None`: the
 /// database's `now()`), and where to send the answer.
 pub(super) struct Job {
     pub batch: CheckBatch,
     pub now: Option<DateTime<Utc>>,
-    pub reply: oneshot::Sender<Result<Checked, StoreError>>,
+    pub reply: oneshot::Sender<Result<Answer, StoreError>>,
 }
 
-/// One row of `pglimit_check_batch`: bucket position (1-based), allowed,
-/// remaining, reset_at, retry_at, now.
-type Row = (i32, bool, i64, DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>);
+/// A lane's connection and the session generation it was opened in.
+type Slot = Option<(PgConnection, u64)>;
 
 /// When a lane's current call started, for the router; 0 while idle.
 #[derive(Default)]
@@ -60,16 +60,19 @@ fn elapsed_us() -> u64 {
     ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
+/// Runs a lane until every sender of `queue` is gone.
 pub(super) async fn lane(
-    shared: Arc<Shared>,
+    session: Arc<Session>,
     mut queue: mpsc::Receiver<Job>,
-    mut conn: Option<(PgConnection, u64)>,
+    conn: PgConnection,
     busy: Arc<Busy>,
 ) {
+    let mut slot: Slot = Some((conn, session.generation()));
     while let Some(jobs) = next_batch(&mut queue).await {
         busy.start();
         for group in by_clock(jobs) {
-            match shared.run(&mut conn, &group).await {
+            let batches: Vec<&CheckBatch> = group.iter().map(|job| &job.batch).collect();
+            match run(&session, &mut slot, &batches, group[0].now).await {
                 Ok(answers) => {
                     group.into_iter().zip(answers).for_each(|(job, a)| drop(job.reply.send(Ok(a))))
                 }
@@ -109,98 +112,31 @@ fn by_clock(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     groups
 }
 
-impl Shared {
-    async fn run(
-        &self,
-        slot: &mut Option<(PgConnection, u64)>,
-        jobs: &[Job],
-    ) -> Result<Vec<Checked>, sqlx::Error> {
-        let generation = self.generation.load(Ordering::Acquire);
-        if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
-            *slot = None;
-        }
-        if slot.is_none() {
-            *slot = Some((self.open().await?, generation));
-        }
-        let Some((conn, _)) = slot.as_mut() else {
-            return Err(timed_out("connecting"));
-        };
-        let result = match tokio::time::timeout(self.hard_limit(), call(conn, jobs)).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out("waiting for pglimit_check_batch")),
-        };
-        if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
-            *slot = None; // the connection's state is unknown: start afresh
-        }
-        result
+/// One call on the lane's connection, opened afresh if it is from before an
+/// outage or was lost.
+async fn run(
+    session: &Session,
+    slot: &mut Slot,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let generation = session.generation();
+    if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
+        *slot = None;
     }
-}
-
-async fn call(conn: &mut PgConnection, jobs: &[Job]) -> Result<Vec<Checked>, sqlx::Error> {
-    let now = jobs.first().and_then(|j| j.now);
-    let mut rows: Vec<Row> = if statements::fixed_distinct_applies(jobs) {
-        let buckets = || jobs.iter().map(|job| (job, &job.batch.buckets[0]));
-        sqlx::query_as(statements::FIXED_DISTINCT)
-            .bind(buckets().map(|(_, b)| b.key.as_slice()).collect::<Vec<_>>())
-            .bind(buckets().map(|(_, b)| to_i64(b.limit)).collect::<Vec<_>>())
-            .bind(buckets().map(|(_, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
-            .bind(buckets().map(|(job, _)| to_i64(job.batch.cost)).collect::<Vec<_>>())
-            .bind(now)
-            .fetch_all(conn)
-            .await?
-    } else {
-        let (mut checks, mut keys, mut limits, mut windows, mut algorithms, mut costs) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
-        for (i, job) in jobs.iter().enumerate() {
-            for b in &job.batch.buckets {
-                checks.push(i as i32);
-                keys.push(b.key.as_slice());
-                limits.push(to_i64(b.limit));
-                windows.push(to_i64(b.window.as_millis()));
-                algorithms.push(b.algorithm.code());
-                costs.push(to_i64(job.batch.cost));
-            }
-        }
-        sqlx::query_as(statements::GENERAL)
-            .bind(checks)
-            .bind(keys)
-            .bind(limits)
-            .bind(windows)
-            .bind(algorithms)
-            .bind(costs)
-            .bind(now)
-            .fetch_all(conn)
-            .await?
+    if slot.is_none() {
+        *slot = Some((session.open().await?, generation));
+    }
+    let Some((conn, _)) = slot.as_mut() else {
+        return Err(timed_out("connecting"));
     };
-    rows.sort_by_key(|r| r.0);
-    split(jobs, rows)
-}
-
-/// Hands each job the rows of its own buckets.
-fn split(jobs: &[Job], rows: Vec<Row>) -> Result<Vec<Checked>, sqlx::Error> {
-    let expected: usize = jobs.iter().map(|j| j.batch.buckets.len()).sum();
-    if rows.len() != expected {
-        let msg = format!("pglimit_check_batch returned {} rows for {expected} buckets", rows.len());
-        return Err(sqlx::Error::Protocol(msg));
+    let result =
+        match tokio::time::timeout(session.hard_limit(), statements::decide(conn, batches, now)).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out("waiting for a batch")),
+        };
+    if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
+        *slot = None; // the connection's state is unknown: start afresh
     }
-    let mut rows = rows.into_iter();
-    let answers = jobs.iter().map(|job| {
-        let mine: Vec<Row> = rows.by_ref().take(job.batch.buckets.len()).collect();
-        let now = mine.first().map_or_else(Utc::now, |r| r.5);
-        let buckets = mine
-            .into_iter()
-            .map(|(_, allowed, remaining, reset_at, retry_at, _)| BucketState {
-                allowed,
-                remaining: remaining.max(0) as u64,
-                reset_at,
-                retry_at,
-            })
-            .collect();
-        Checked { buckets, now, store: StoreKind::Postgres, degraded: false }
-    });
-    Ok(answers.collect())
-}
-
-fn to_i64<T: TryInto<i64>>(v: T) -> i64 {
-    v.try_into().unwrap_or(i64::MAX)
+    result
 }

@@ -1,15 +1,19 @@
-//! The two statements a lane sends. Both decide a batch of checks in one
-//! round trip and one transaction, and answer one row per bucket:
-//! position (1-based), allowed, remaining, reset_at, retry_at, now.
+//! The two statements a lane sends, their parameters and their rows. Both
+//! decide a batch of checks in one round trip and one transaction, and
+//! answer one [`Row`] per bucket.
 
 use std::collections::HashSet;
 
-use super::lane::Job;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
 use crate::algorithm::Algorithm;
+use crate::storage::{Answer, BucketAnswer, CheckBatch, StoreKind};
 
 /// The general case: any algorithms, any number of buckets per check, keys
-/// shared between checks (a hot key). See `migrations/..._batch.sql`.
-pub const GENERAL: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7)";
+/// shared between checks (a hot key). See `pglimit_check_batch` in
+/// `migrations/`.
+const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7)";
 
 /// The common case as one plain multi-row upsert, no PL/pgSQL: every check
 /// has one fixed-window bucket, costs at least 1, and no two checks share a
@@ -28,47 +32,149 @@ pub const GENERAL: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5,
 /// reported as full until a window from now.
 ///
 /// That read of a denied row sits in a LATERAL subquery that cannot be
-/// flattened (`OFFSET 0`), so `u.key IS NULL` becomes a one-time filter and
-/// the index scan never runs for an admitted row. As a plain join condition
-/// it ran for every row (the filter was applied after the scan), which cost
-/// an index lookup and often a WAL record for pruning the page just updated.
-pub const FIXED_DISTINCT: &str = "
+/// flattened (`OFFSET 0`), so that it runs only for denied rows: as a plain
+/// join it ran an index lookup for every row.
+const FIXED_WINDOW_UPSERT: &str = "
 WITH req AS (
     SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, reset_at, prev_count)
+    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
     SELECT key, cost, at + win * interval '1 millisecond', lim FROM req WHERE cost <= lim ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
-        count      = CASE WHEN b.reset_at <= coalesce($5::timestamptz, now())
+        count      = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
                           THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
-        reset_at   = CASE WHEN b.reset_at <= coalesce($5::timestamptz, now())
-                          THEN EXCLUDED.reset_at ELSE b.reset_at END,
+        expires_at = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
+                          THEN EXCLUDED.expires_at ELSE b.expires_at END,
         prev_count = 0
-    WHERE (b.reset_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
+    WHERE (b.expires_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
       AND EXCLUDED.count <= EXCLUDED.prev_count
-    RETURNING b.key, b.count, b.reset_at
+    RETURNING b.key, b.count, b.expires_at
 )
-SELECT r.pos,
-       u.key IS NOT NULL,
+SELECT r.pos AS o_pos,
+       u.key IS NOT NULL AS o_allowed,
        CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
-            ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END,
-       coalesce(u.reset_at, s.reset_at, r.at + r.win * interval '1 millisecond'),
-       CASE WHEN u.key IS NULL THEN coalesce(s.reset_at, r.at + r.win * interval '1 millisecond') END,
-       r.at
+            ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
+       coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond') AS o_reset_at,
+       CASE WHEN u.key IS NULL THEN coalesce(s.expires_at, r.at + r.win * interval '1 millisecond') END AS o_retry_at,
+       r.at AS o_now
 FROM req r
 LEFT JOIN up u ON u.key = r.key
 LEFT JOIN LATERAL (
-    SELECT s.count, s.reset_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
+    SELECT s.count, s.expires_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos";
 
-/// Whether [`FIXED_DISTINCT`] can decide these jobs exactly.
-pub fn fixed_distinct_applies(jobs: &[Job]) -> bool {
-    let simple = jobs.iter().all(|job| {
-        let [bucket] = job.batch.buckets.as_slice() else { return false };
-        job.batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow
+/// One bucket's answer, as both statements return it.
+#[derive(sqlx::FromRow)]
+struct Row {
+    /// The bucket's position in the batch, from 1.
+    o_pos: i32,
+    o_allowed: bool,
+    o_remaining: i64,
+    /// When the bucket is back to full.
+    o_reset_at: DateTime<Utc>,
+    o_retry_at: Option<DateTime<Utc>>,
+    /// The clock the batch was decided at.
+    o_now: DateTime<Utc>,
+}
+
+/// Decides `batches` in one call, at `now` (`None`: the database's clock),
+/// and returns one answer per batch, in order.
+pub(super) async fn decide(
+    conn: &mut PgConnection,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let mut rows = if fixed_window_upsert_applies(batches) {
+        fixed_window_upsert(conn, batches, now).await?
+    } else {
+        check_batch(conn, batches, now).await?
+    };
+    rows.sort_by_key(|r| r.o_pos);
+    split(batches, rows)
+}
+
+/// Whether [`FIXED_WINDOW_UPSERT`] decides these batches exactly.
+fn fixed_window_upsert_applies(batches: &[&CheckBatch]) -> bool {
+    let simple = batches.iter().all(|batch| {
+        let [bucket] = batch.buckets.as_slice() else { return false };
+        batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow
     });
-    let mut keys = HashSet::with_capacity(jobs.len());
-    simple && jobs.iter().all(|job| keys.insert(job.batch.buckets[0].key))
+    let mut keys = HashSet::with_capacity(batches.len());
+    simple && batches.iter().all(|batch| keys.insert(batch.buckets[0].key))
+}
+
+async fn fixed_window_upsert(
+    conn: &mut PgConnection,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let buckets = || batches.iter().map(|batch| (batch, &batch.buckets[0]));
+    sqlx::query_as(FIXED_WINDOW_UPSERT)
+        .bind(buckets().map(|(_, b)| b.key.as_slice()).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, b)| to_i64(b.limit)).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
+        .bind(buckets().map(|(batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
+        .bind(now)
+        .fetch_all(conn)
+        .await
+}
+
+async fn check_batch(
+    conn: &mut PgConnection,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let (mut checks, mut keys, mut limits, mut windows, mut algorithms, mut costs) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (i, batch) in batches.iter().enumerate() {
+        for b in &batch.buckets {
+            checks.push(i as i32);
+            keys.push(b.key.as_slice());
+            limits.push(to_i64(b.limit));
+            windows.push(to_i64(b.window.as_millis()));
+            algorithms.push(b.algorithm.code());
+            costs.push(to_i64(batch.cost));
+        }
+    }
+    sqlx::query_as(CHECK_BATCH)
+        .bind(checks)
+        .bind(keys)
+        .bind(limits)
+        .bind(windows)
+        .bind(algorithms)
+        .bind(costs)
+        .bind(now)
+        .fetch_all(conn)
+        .await
+}
+
+/// Hands each batch the rows of its own buckets.
+fn split(batches: &[&CheckBatch], rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::Error> {
+    let expected: usize = batches.iter().map(|b| b.buckets.len()).sum();
+    if rows.len() != expected {
+        let msg = format!("pglimit_check_batch returned {} rows for {expected} buckets", rows.len());
+        return Err(sqlx::Error::Protocol(msg));
+    }
+    let mut rows = rows.into_iter();
+    let answers = batches.iter().map(|batch| {
+        let mine: Vec<Row> = rows.by_ref().take(batch.buckets.len()).collect();
+        let now = mine.first().map_or_else(Utc::now, |r| r.o_now);
+        let buckets = mine
+            .into_iter()
+            .map(|r| BucketAnswer {
+                allowed: r.o_allowed,
+                remaining: r.o_remaining.max(0) as u64,
+                reset_at: r.o_reset_at,
+                retry_at: r.o_retry_at,
+            })
+            .collect();
+        Answer { buckets, now, store: StoreKind::Postgres, degraded: false }
+    });
+    Ok(answers.collect())
+}
+
+fn to_i64<T: TryInto<i64>>(v: T) -> i64 {
+    v.try_into().unwrap_or(i64::MAX)
 }

@@ -1,16 +1,14 @@
 //! The four algorithms through Postgres: the SQL agrees with the model,
 //! every algorithm is exact across instances, and mixes all or nothing.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
-use common::{check, fresh_database, instance, unique};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, OnStoreError, Store};
+use pglimit::storage::{BucketSpec, CheckBatch, Store};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -33,8 +31,7 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
 /// test) and through the Rust model, and asserts every figure agrees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
-    let app = instance(&fresh_database().await, &[]).await;
-    let pg = app.limiter.store().inner().primary();
+    let pg = crate::common::pg_store(&fresh_database().await).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().unwrap();
     for round in 0..12 {
@@ -48,7 +45,7 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
         for step in 0..60 {
             now += TimeDelta::microseconds(rng.gen_range(0..900_000));
             let cost = rng.gen_range(0..3);
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, on_store_error: OnStoreError::Deny };
+            let batch = CheckBatch { buckets: specs.to_vec(), cost, memory_fallback: false };
             let got = pg.check_as_of(&batch, now).await.expect("postgres answers");
             let now_us = now.timestamp_micros();
             let admit = cost > 0
@@ -79,8 +76,7 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
 /// the PL/pgSQL function; it must decide and report exactly as the model.
 #[tokio::test]
 async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
-    let app = instance(&fresh_database().await, &[]).await;
-    let pg = app.limiter.store().inner().primary();
+    let pg = crate::common::pg_store(&fresh_database().await).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
     for round in 0..6 {
@@ -89,7 +85,7 @@ async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
         for step in 0..60 {
             now += TimeDelta::microseconds(rng.gen_range(0..400_000));
             let cost = rng.gen_range(1..3).min(s.limit);
-            let batch = CheckBatch { buckets: vec![s.clone()], cost, on_store_error: OnStoreError::Deny };
+            let batch = CheckBatch { buckets: vec![s.clone()], cost, memory_fallback: false };
             let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
             let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), true);
             let at = format!("round {round} step {step} (cost {cost}, limit {})", s.limit);
@@ -110,7 +106,7 @@ async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
 
 #[tokio::test]
 async fn every_algorithm_admits_its_limit_through_post_check() {
-    let app = common::app().await;
+    let app = crate::common::app().await;
     for algorithm in ALGORITHMS {
         let body = json!({ "key": unique(algorithm), "limit": 3, "window": "1h", "algorithm": algorithm });
         for n in 1..=3 {
@@ -169,7 +165,7 @@ async fn every_algorithm_is_exact_across_three_instances() {
 
 #[tokio::test]
 async fn a_policy_may_mix_algorithms_and_stays_all_or_nothing() {
-    let file = common::policy_file(
+    let file = crate::common::policy_file(
         r#"
         [policies.api]
         identifiers = { account = "text" }
@@ -206,7 +202,7 @@ async fn a_policy_may_mix_algorithms_and_stays_all_or_nothing() {
 
 #[tokio::test]
 async fn sliding_log_limits_above_the_bound_are_refused_with_a_reason() {
-    let app = common::app().await;
+    let app = crate::common::app().await;
     let reply =
         check(&app, json!({ "key": "k", "limit": 1001, "window": "1h", "algorithm": "sliding_log" })).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
@@ -219,9 +215,7 @@ async fn sliding_log_limits_above_the_bound_are_refused_with_a_reason() {
 
 #[tokio::test]
 async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
-    let url = fresh_database().await;
-    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
-    let pg = app.limiter.store().inner().primary();
+    let pg = crate::common::pg_store(&fresh_database().await).await;
     let window = Duration::from_millis(400);
     let sliding = spec(1, Algorithm::SlidingWindow, 10, 400);
     let fixed = spec(2, Algorithm::FixedWindow, 10, 400);
@@ -231,7 +225,7 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let into_window = Utc::now().timestamp_millis().rem_euclid(400) as u64;
     tokio::time::sleep(Duration::from_millis(400 - into_window + 10)).await;
     for s in [&sliding, &fixed] {
-        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, on_store_error: OnStoreError::Deny };
+        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, memory_fallback: false };
         pg.check(&batch).await.unwrap();
     }
     // After one window the fixed row is dead but the sliding row still
@@ -240,4 +234,53 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     assert_eq!(pg.cleanup().await.unwrap(), 1);
     tokio::time::sleep(window * 2).await;
     assert_eq!(pg.cleanup().await.unwrap(), 1);
+}
+
+/// `Algorithm::code` and `pglimit_decide` agree on which code is which
+/// algorithm: on a state where the four answer differently, each code gives
+/// its own algorithm's answer in SQL; any other code is an error, not a
+/// silent default.
+#[tokio::test]
+async fn each_algorithm_code_selects_the_same_algorithm_in_sql() {
+    let url = fresh_database().await;
+    let _migrated = crate::common::pg_store(&url).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let window: i64 = 10_000_000;
+    let now = 1_000 * window + window / 2;
+    let state = State {
+        count: 3,
+        prev: 4,
+        expires_us: now + window,
+        tat_us: now + 4_000_000,
+        log: vec![now - 2, now - 1],
+    };
+    let decide_in_sql = |code: i16| {
+        sqlx::query_as::<_, (bool, i64, i64, Option<i64>, i64)>(
+            "SELECT allowed, remaining, full_us, retry_us, n_expires
+             FROM pglimit_decide($1, $2, $3, $4, $5, $6, 5, $7, 1, $8, false)",
+        )
+        .bind(code)
+        .bind(state.count as i64)
+        .bind(state.prev as i64)
+        .bind(state.expires_us)
+        .bind(state.tat_us)
+        .bind(&state.log)
+        .bind(window)
+        .bind(now)
+        .fetch_one(&pool)
+    };
+    let mut answers = std::collections::HashSet::new();
+    for algorithm in Algorithm::ALL {
+        let params = pglimit::algorithm::Params { algorithm, limit: 5, window_us: window };
+        let want = decide(params, Some(&state), 1, now, false);
+        let want = (want.allowed, want.remaining as i64, want.full_us, want.retry_us, want.next.expires_us);
+        let got = decide_in_sql(algorithm.code()).await.expect("pglimit_decide answers");
+        assert_eq!(got, want, "{algorithm:?} (code {})", algorithm.code());
+        answers.insert(want);
+    }
+    assert_eq!(answers.len(), 4, "the state tells the four algorithms apart");
+    for unknown in [-1, 4] {
+        let err = decide_in_sql(unknown).await.expect_err("an unknown code is refused");
+        assert!(err.to_string().contains("unknown algorithm code"), "{err}");
+    }
 }

@@ -3,11 +3,9 @@
 //! documented examples are accepted. (The response side is checked against
 //! the live service by schemathesis: `faults/fuzz-api`.)
 
-mod common;
-
+use crate::common::{app, send};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use common::{app, send};
 use serde_json::Value;
 
 fn spec() -> Value {
@@ -61,7 +59,7 @@ async fn the_documented_examples_are_accepted() {
         .expect("examples");
     assert!(examples.len() >= 2);
     for (name, example) in examples {
-        let reply = common::check(&app, example["value"].clone()).await;
+        let reply = crate::common::check(&app, example["value"].clone()).await;
         assert_eq!(reply.status, StatusCode::OK, "example {name}: {}", reply.body);
     }
 }

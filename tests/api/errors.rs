@@ -1,10 +1,8 @@
 //! Every error is a problem document (RFC 9457) that names what is wrong.
 
-mod common;
-
+use crate::common::{app, instance, post_raw, send, Reply};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::{app, instance, post_raw, send, Reply};
 use serde_json::json;
 
 fn assert_problem(reply: &Reply, status: StatusCode, field: Option<&str>) {
@@ -48,7 +46,7 @@ async fn wrong_types_name_the_field() {
         (json!({ "policy": "login", "identifiers": { "email": 1, "ip": "1.2.3.4" } }), "identifiers.email"),
     ];
     for (body, field) in cases {
-        let reply = common::check(&app, body.clone()).await;
+        let reply = crate::common::check(&app, body.clone()).await;
         assert_problem(&reply, StatusCode::BAD_REQUEST, Some(field));
     }
 }
@@ -56,7 +54,8 @@ async fn wrong_types_name_the_field() {
 #[tokio::test]
 async fn unknown_fields_are_refused_by_name() {
     let app = app().await;
-    let reply = common::check(&app, json!({ "key": "k", "limit": 1, "window": "1h", "limt": 2 })).await;
+    let reply =
+        crate::common::check(&app, json!({ "key": "k", "limit": 1, "window": "1h", "limt": 2 })).await;
     assert_problem(&reply, StatusCode::BAD_REQUEST, None);
     assert!(reply.body["detail"].as_str().unwrap().contains("limt"));
 }
@@ -64,7 +63,7 @@ async fn unknown_fields_are_refused_by_name() {
 #[tokio::test]
 async fn an_unknown_policy_is_a_400_naming_it() {
     let app = app().await;
-    let reply = common::check(&app, json!({ "policy": "signup", "identifiers": {} })).await;
+    let reply = crate::common::check(&app, json!({ "policy": "signup", "identifiers": {} })).await;
     assert_problem(&reply, StatusCode::BAD_REQUEST, Some("policy"));
     assert!(reply.body["detail"].as_str().unwrap().contains("signup"));
 }
@@ -90,7 +89,7 @@ async fn missing_or_invalid_identifiers_name_the_field() {
         (json!({ "policy": "login" }), "identifiers"),
     ];
     for (body, field) in cases {
-        let reply = common::check(&app, body).await;
+        let reply = crate::common::check(&app, body).await;
         assert_problem(&reply, StatusCode::BAD_REQUEST, Some(field));
     }
 }
@@ -116,7 +115,7 @@ async fn out_of_range_limits_windows_and_costs_are_refused() {
         ),
     ];
     for (body, field) in cases {
-        let reply = common::check(&app, body.clone()).await;
+        let reply = crate::common::check(&app, body.clone()).await;
         assert_problem(&reply, StatusCode::BAD_REQUEST, Some(field));
     }
 }
@@ -125,10 +124,10 @@ async fn out_of_range_limits_windows_and_costs_are_refused() {
 async fn mixing_the_two_request_forms_is_refused() {
     let app = app().await;
     let both = json!({ "policy": "login", "key": "k", "limit": 1, "window": "1h" });
-    assert_problem(&common::check(&app, both).await, StatusCode::BAD_REQUEST, Some("key"));
-    assert_problem(&common::check(&app, json!({})).await, StatusCode::BAD_REQUEST, Some("policy"));
+    assert_problem(&crate::common::check(&app, both).await, StatusCode::BAD_REQUEST, Some("key"));
+    assert_problem(&crate::common::check(&app, json!({})).await, StatusCode::BAD_REQUEST, Some("policy"));
     let stray = json!({ "policy": "login", "identifiers": {}, "window": "1h" });
-    assert_problem(&common::check(&app, stray).await, StatusCode::BAD_REQUEST, Some("window"));
+    assert_problem(&crate::common::check(&app, stray).await, StatusCode::BAD_REQUEST, Some("window"));
 }
 
 #[tokio::test]
@@ -140,7 +139,7 @@ async fn a_body_over_16_kib_is_a_413() {
 
 #[tokio::test]
 async fn with_tokens_configured_a_missing_or_wrong_token_is_a_401() {
-    let url = common::fresh_database().await;
+    let url = crate::common::fresh_database().await;
     let app = instance(&url, &[("PGLIMIT_API_TOKENS", "alpha-token,beta-token")]).await;
     let body = json!({ "key": "k", "limit": 5, "window": "1h" }).to_string();
     let missing = post_raw(&app, body.clone(), None).await;
@@ -176,12 +175,13 @@ async fn health_and_readiness_answer() {
 #[tokio::test]
 async fn header_injection_in_keys_and_identifiers_goes_nowhere() {
     let app = app().await;
-    let reply = common::check(&app, json!({ "key": "k\r\nX-Injected: 1", "limit": 5, "window": "1h" })).await;
+    let reply =
+        crate::common::check(&app, json!({ "key": "k\r\nX-Injected: 1", "limit": 5, "window": "1h" })).await;
     assert_eq!(reply.status, StatusCode::OK, "a key is any string: it is hashed, never echoed");
     assert!(reply.headers.get("x-injected").is_none());
     assert!(!reply.body.to_string().contains("X-Injected"));
     let sneaky = json!({ "policy": "login", "identifiers": { "email": "a@example.com\r\nX-Injected: 1", "ip": "1.2.3.4" } });
-    let reply = common::check(&app, sneaky).await;
+    let reply = crate::common::check(&app, sneaky).await;
     assert_problem(&reply, StatusCode::BAD_REQUEST, Some("identifiers.email"));
     assert!(reply.headers.get("x-injected").is_none());
     assert!(!reply.body.to_string().contains("X-Injected"), "the value is not echoed back");

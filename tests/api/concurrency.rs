@@ -1,9 +1,7 @@
 //! Exactness under concurrency, across several service instances.
 
-mod common;
-
+use crate::common::{check, degraded, fresh_database, instance, login, unique};
 use axum::http::StatusCode;
-use common::{check, fresh_database, instance, login, unique};
 use serde_json::json;
 
 /// Fires `n` checks of `body`, spread round-robin over `instances`, all at
@@ -183,7 +181,7 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
             assert_eq!(allowed, 1, "round {round}: {key} admitted {allowed} of 4");
         }
     }
-    assert!(!a.limiter.store().inner().is_degraded() && !b.limiter.store().inner().is_degraded());
+    assert!(!degraded(&a).await && !degraded(&b).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -196,7 +194,7 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
 
     // Another client takes the row and sits on it.
-    let key = common::adhoc_key("stuck");
+    let key = crate::common::adhoc_key("stuck");
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let mut holder = pool.begin().await.expect("begin");
     sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
@@ -211,7 +209,7 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
         tokio::spawn(async move { check(&app, stuck).await })
     };
     // Give the stuck check time to reach its row, so that its lane counts
-    // as stalled (checks batched with it share its fate: see the README).
+    // as stalled (checks batched with it share its fate: see docs/reliability.md).
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     // Unrelated keys go around the stalled lane: decided by Postgres, every
     // one of them while the stuck check is still waiting for its lock.
@@ -231,12 +229,16 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     reply.assert_memory_admits();
     assert!(waited < std::time::Duration::from_secs(6), "waited {waited:?}");
     // ...without switching the instance away from Postgres.
-    assert!(!app.limiter.store().inner().is_degraded());
+    assert!(!degraded(&app).await);
 
     holder.rollback().await.expect("release");
     // Its statement was cancelled, not left to commit once the lock was
     // free: Postgres holds only the first check...
-    assert_eq!(common::stored_count(&url, "stuck").await, 1, "the stuck check was counted in postgres");
+    assert_eq!(
+        crate::common::stored_count(&url, "stuck").await,
+        1,
+        "the stuck check was counted in postgres"
+    );
     pool.close().await;
     // ...and the next check is its second: 100 - 2 left.
     let reply = check(&app, stuck).await;
@@ -276,7 +278,7 @@ async fn sleeping_backends(pool: &sqlx::PgPool) -> i64 {
 
 /// Waits until the slow check sleeps on the server, and a little longer so
 /// that its lane counts as stalled (checks queued behind it within those
-/// 5 ms would share its fate: see the README).
+/// 5 ms would share its fate: see docs/reliability.md).
 async fn wait_until_sleeping(pool: &sqlx::PgPool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while sleeping_backends(pool).await == 0 {
@@ -290,7 +292,7 @@ async fn wait_until_sleeping(pool: &sqlx::PgPool) {
 /// decided by Postgres; returns how many were sent meanwhile.
 async fn check_others_until(
     app: &pglimit::AppState,
-    waiting: &tokio::task::JoinHandle<common::Reply>,
+    waiting: &tokio::task::JoinHandle<crate::common::Reply>,
 ) -> u32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let mut sent = 0;
@@ -329,7 +331,7 @@ async fn slow_statement_is_cancelled_before_its_caller_gives_up(timeout_ms: u64)
     let url = fresh_database().await;
     let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", &timeout_ms.to_string())]).await;
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    let slow_key = common::adhoc_key("slow");
+    let slow_key = crate::common::adhoc_key("slow");
     make_writes_slow(&pool, &slow_key).await;
 
     let started = std::time::Instant::now();
@@ -346,7 +348,7 @@ async fn slow_statement_is_cancelled_before_its_caller_gives_up(timeout_ms: u64)
     let statement_timeout = std::time::Duration::from_millis(timeout_ms * 18);
     assert_slow_check_was_cancelled(&pool, &slow_key, &reply, waited, statement_timeout).await;
     assert!(others > 10, "only {others} other checks while the slow one waited");
-    assert!(!app.limiter.store().inner().is_degraded(), "one slow statement switched the instance");
+    assert!(!degraded(&app).await, "one slow statement switched the instance");
     // The lane that ran it took the cancellation and carries on.
     let after = check(&app, json!({ "key": unique("after"), "limit": 5, "window": "1h" })).await;
     assert_eq!(
@@ -365,7 +367,7 @@ async fn slow_statement_is_cancelled_before_its_caller_gives_up(timeout_ms: u64)
 async fn assert_slow_check_was_cancelled(
     pool: &sqlx::PgPool,
     key: &pglimit::storage::Key,
-    reply: &common::Reply,
+    reply: &crate::common::Reply,
     waited: std::time::Duration,
     statement_timeout: std::time::Duration,
 ) {

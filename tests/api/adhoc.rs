@@ -1,12 +1,10 @@
 //! Ad hoc keys, windows and headers, against a real PostgreSQL.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{app, check, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use common::{app, check, unique};
 use serde_json::json;
 
 #[tokio::test]
@@ -94,7 +92,7 @@ async fn denied_responses_carry_retry_after_of_at_least_one_second() {
 #[tokio::test]
 async fn policy_headers_list_one_item_per_bucket() {
     let app = app().await;
-    let reply = check(&app, common::login("erin@example.com", "203.0.113.20")).await;
+    let reply = check(&app, crate::common::login("erin@example.com", "203.0.113.20")).await;
     assert_eq!(
         reply.header("ratelimit-policy"),
         "\"email_ip\";q=5;w=60, \"ip\";q=20;w=60, \"email\";q=50;w=900"
@@ -106,10 +104,13 @@ async fn policy_headers_list_one_item_per_bucket() {
 
 #[tokio::test]
 async fn instances_with_different_secrets_keep_separate_counters() {
-    let url = common::fresh_database().await;
-    let a = common::instance(&url, &[]).await;
-    let b = common::instance(&url, &[("PGLIMIT_KEY_SECRET", "another-secret-another-secret-another-secret")])
-        .await;
+    let url = crate::common::fresh_database().await;
+    let a = crate::common::instance(&url, &[]).await;
+    let b = crate::common::instance(
+        &url,
+        &[("PGLIMIT_KEY_SECRET", "another-secret-another-secret-another-secret")],
+    )
+    .await;
     let body = json!({ "key": "shared", "limit": 1, "window": "1h" });
     assert_eq!(check(&a, body.clone()).await.status, StatusCode::OK);
     assert_eq!(check(&b, body.clone()).await.status, StatusCode::OK, "keys differ when secrets differ");

@@ -1,9 +1,7 @@
 //! Named policies end to end, against a real PostgreSQL.
 
-mod common;
-
+use crate::common::{app, check, login, remaining};
 use axum::http::StatusCode;
-use common::{app, check, login, remaining};
 use serde_json::json;
 
 #[tokio::test]

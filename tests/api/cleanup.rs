@@ -1,11 +1,9 @@
 //! Expired rows are deleted without cron; live ones never are.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
-use common::{check, fresh_database, instance, unique};
 use serde_json::json;
 
 async fn rows(url: &str) -> i64 {
@@ -28,7 +26,7 @@ async fn cleanup_deletes_expired_rows_and_keeps_live_ones() {
     assert_eq!(rows(&url).await, 31);
     tokio::time::sleep(Duration::from_millis(150)).await;
 
-    let deleted = app.limiter.store().inner().primary().cleanup().await.expect("cleanup");
+    let deleted = crate::common::pg_store(&url).await.cleanup().await.expect("cleanup");
     assert_eq!(deleted, 30);
     assert_eq!(rows(&url).await, 1);
     // The live bucket's count survived the cleanup.
@@ -77,7 +75,7 @@ async fn pglimit_unlogged_sets_an_empty_table_and_refuses_to_rewrite_a_full_one(
     let reply = check(&app, json!({ "key": unique("u"), "limit": 1, "window": "1h" })).await;
     assert_eq!(reply.body["store"], "postgres");
 
-    let vars = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let vars = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", crate::common::SECRET)];
     let config = pglimit::Config::from_lookup(|name| {
         vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
     })

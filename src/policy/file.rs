@@ -1,0 +1,152 @@
+//! The policy file: TOML read into raw types, then validated into
+//! [`Policy`] values, every mistake placed at its line and column.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{is_valid_name, parse_window, BucketDef, IdentifierKind, OnStoreError, Policy};
+use crate::algorithm::Algorithm;
+
+/// Parses and validates a whole file; the error is a sentence with a place.
+pub(super) fn parse(text: &str) -> Result<Vec<Policy>, String> {
+    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    if file.policies.is_empty() {
+        return Err("no policies defined: add at least one [policies.<name>] table".into());
+    }
+    file.policies
+        .into_iter()
+        .map(|(name, raw)| {
+            raw.validate(&name).map_err(|m| m.within(&format!("policies.{}", name.get_ref())).describe(text))
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    policies: BTreeMap<Spanned<String>, RawPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    identifiers: BTreeMap<String, IdentifierKind>,
+    buckets: Spanned<Vec<RawBucket>>,
+    #[serde(default)]
+    on_store_error: OnStoreError,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBucket {
+    name: Spanned<String>,
+    on: Spanned<Vec<Spanned<String>>>,
+    limit: Spanned<u64>,
+    window: Spanned<String>,
+    #[serde(default)]
+    algorithm: Algorithm,
+}
+
+/// A mistake found after deserialising: the path to the offending value, where
+/// that value starts in the file, and what is wrong with it. The toml crate
+/// places its own errors; these it cannot see, so they carry their span until
+/// [`Policies::parse`], which has the text to turn it into a line.
+struct Mistake {
+    path: String,
+    span: Range<usize>,
+    message: String,
+}
+
+impl Mistake {
+    fn at<T>(value: &Spanned<T>, path: &str, message: impl Into<String>) -> Self {
+        Self { path: path.into(), span: value.span(), message: message.into() }
+    }
+
+    /// Prefixes the path with the enclosing value's; an empty path means the
+    /// mistake is that enclosing value itself (a policy's name).
+    fn within(self, parent: &str) -> Self {
+        let path = if self.path.is_empty() { parent.into() } else { format!("{parent}: {}", self.path) };
+        Self { path, ..self }
+    }
+
+    fn describe(&self, text: &str) -> String {
+        let (line, column) = line_column(text, self.span.start);
+        format!("{} (line {line}, column {column}): {}", self.path, self.message)
+    }
+}
+
+/// 1-based line and column of byte `offset`, counting columns in characters
+/// as the toml crate's own errors do, so both kinds of error agree.
+pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+    // UTF-8 continuation bytes are not characters of their own.
+    let column = 1 + before[line_start..].iter().filter(|&&b| b & 0xC0 != 0x80).count();
+    (line, column)
+}
+
+impl RawPolicy {
+    fn validate(self, name: &Spanned<String>) -> Result<Policy, Mistake> {
+        if !is_valid_name(name.get_ref()) {
+            return Err(Mistake::at(name, "", "a policy name is 1 to 64 letters, digits, '_' or '-'"));
+        }
+        if self.buckets.get_ref().is_empty() {
+            return Err(Mistake::at(&self.buckets, "buckets", "needs at least one [[buckets]] entry"));
+        }
+        let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers)?;
+        Ok(Policy {
+            name: name.get_ref().as_str().into(),
+            identifiers: self.identifiers,
+            buckets,
+            on_store_error: self.on_store_error,
+        })
+    }
+}
+
+fn validate_buckets(
+    raw: Vec<RawBucket>,
+    identifiers: &BTreeMap<String, IdentifierKind>,
+) -> Result<Vec<BucketDef>, Mistake> {
+    let mut seen = HashSet::new();
+    let mut buckets = Vec::with_capacity(raw.len());
+    for (i, raw) in raw.into_iter().enumerate() {
+        let name_span = raw.name.span();
+        let bucket = raw.validate(identifiers).map_err(|m| m.within(&format!("buckets[{i}]")))?;
+        if !seen.insert(bucket.name.clone()) {
+            let message = format!("the bucket name {:?} is used twice", bucket.name);
+            return Err(Mistake { path: format!("buckets[{i}]: name"), span: name_span, message });
+        }
+        buckets.push(bucket);
+    }
+    Ok(buckets)
+}
+
+impl RawBucket {
+    fn validate(self, identifiers: &BTreeMap<String, IdentifierKind>) -> Result<BucketDef, Mistake> {
+        if !is_valid_name(self.name.get_ref()) {
+            return Err(Mistake::at(
+                &self.name,
+                "name",
+                "a bucket name is 1 to 64 letters, digits, '_' or '-'",
+            ));
+        }
+        if self.on.get_ref().is_empty() {
+            return Err(Mistake::at(&self.on, "on", "list at least one identifier"));
+        }
+        if let Some(unknown) = self.on.get_ref().iter().find(|f| !identifiers.contains_key(f.get_ref())) {
+            let message = format!("{:?} is not one of this policy's identifiers", unknown.get_ref());
+            return Err(Mistake::at(unknown, "on", message));
+        }
+        let (limit, algorithm) = (*self.limit.get_ref(), self.algorithm);
+        algorithm.check_limit(limit).map_err(|e| Mistake::at(&self.limit, "limit", e.to_string()))?;
+        let window =
+            parse_window(self.window.get_ref()).map_err(|e| Mistake::at(&self.window, "window", e))?;
+        let on = self.on.into_inner().into_iter().map(Spanned::into_inner).collect();
+        Ok(BucketDef { name: self.name.into_inner().into(), on, limit, window, algorithm })
+    }
+}

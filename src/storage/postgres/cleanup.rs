@@ -1,0 +1,63 @@
+//! Deleting expired rows without a cron: a sample of checks starts a
+//! bounded background delete, at most one at a time per instance.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sqlx::postgres::PgConnection;
+use tokio::sync::Mutex;
+
+use super::session::Session;
+
+/// A row past `expires_at` is equivalent to no row for every algorithm,
+/// so deleting it changes no answer. Rows locked by a check in progress are
+/// skipped, never waited for.
+const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
+    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+pub(super) struct Cleanup {
+    /// Fraction of checks that start a cleanup.
+    rate: f64,
+    /// Most rows one cleanup deletes.
+    batch: i64,
+    running: AtomicBool,
+    /// Kept open between runs; dropped after an error.
+    conn: Mutex<Option<PgConnection>>,
+}
+
+impl Cleanup {
+    pub fn new(rate: f64, batch: i64) -> Self {
+        Self { rate, batch, running: AtomicBool::new(false), conn: Mutex::new(None) }
+    }
+
+    /// Called after each check: on about `rate` of them, starts a cleanup
+    /// unless one is running.
+    pub fn maybe_start(self: &Arc<Self>, session: &Arc<Session>) {
+        if rand::random::<f64>() >= self.rate || self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (this, session) = (Arc::clone(self), Arc::clone(session));
+        tokio::spawn(async move {
+            match this.run(&session).await {
+                Ok(n) => tracing::debug!(deleted = n, "cleanup of expired buckets"),
+                Err(e) => tracing::debug!(error = %e, "cleanup of expired buckets failed"),
+            }
+            this.running.store(false, Ordering::Release);
+        });
+    }
+
+    /// Deletes up to `batch` expired rows; returns how many it deleted.
+    pub async fn run(&self, session: &Session) -> Result<u64, sqlx::Error> {
+        let mut slot = self.conn.lock().await;
+        let conn = match slot.as_mut() {
+            Some(conn) => conn,
+            None => slot.insert(session.open().await?),
+        };
+        let done = sqlx::query(DELETE_EXPIRED).bind(self.batch).execute(&mut *conn).await;
+        if done.is_err() {
+            *slot = None;
+        }
+        Ok(done?.rows_affected())
+    }
+}

@@ -1,0 +1,146 @@
+//! Connections to PostgreSQL: how they are opened and configured, the
+//! schema they expect, and what their errors mean for the instance.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::Connection;
+
+use crate::storage::StoreError;
+
+/// Everything needed to open a configured connection, shared by the lanes,
+/// the cleanup and the probes.
+pub(super) struct Session {
+    connect: PgConnectOptions,
+    /// How long a call may wait on the server before its connection is dropped.
+    hard_limit: Duration,
+    /// Bumped when Postgres comes back, so lanes drop connections from before.
+    generation: AtomicU64,
+}
+
+impl Session {
+    /// `longest_wait` is the longest any caller waits for an answer; every
+    /// server-side limit ends before it.
+    pub fn new(url: &str, longest_wait: Duration) -> Result<Self, sqlx::Error> {
+        let connect = with_settings(url.parse()?, longest_wait);
+        // A lane never abandons a call its caller still awaits; the floor
+        // leaves room for a handshake under a short timeout.
+        let hard_limit = longest_wait.max(Duration::from_secs(2));
+        Ok(Self { connect, hard_limit, generation: AtomicU64::new(0) })
+    }
+
+    pub fn hard_limit(&self) -> Duration {
+        self.hard_limit
+    }
+
+    pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
+        match tokio::time::timeout(self.hard_limit, PgConnection::connect_with(&self.connect)).await {
+            Ok(conn) => conn,
+            Err(_) => Err(timed_out("connecting")),
+        }
+    }
+
+    /// Which connections are current: a lane holding an older one reconnects.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks every open connection as from before an outage.
+    pub fn renew(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Applies the migrations and the configured table persistence.
+    pub async fn prepare(&self, unlogged: bool) -> Result<(), sqlx::Error> {
+        let mut conn = self.open().await?;
+        sqlx::migrate!("./migrations").run(&mut conn).await?;
+        set_persistence(&mut conn, unlogged).await?;
+        conn.close().await
+    }
+}
+
+/// Read committed whatever the database default (each statement must see
+/// the latest committed rows), and server-side limits so that a row lock
+/// held by some stuck transaction fails the batch instead of holding a lane
+/// for ever. Both limits end before the caller gives up: a wait for a hot
+/// row is normal under load and must not fail checks early, but a statement
+/// must be over before its caller is answered from memory, or it could
+/// commit a count for that check too.
+fn with_settings(connect: PgConnectOptions, longest_wait: Duration) -> PgConnectOptions {
+    let limit_ms = (longest_wait.as_millis() * 9 / 10).to_string();
+    connect.options([
+        ("default_transaction_isolation", "read\\ committed".to_string()),
+        // The statements take arrays whose sizes vary, so one generic plan
+        // serves them all without re-planning. But it is planned once, from
+        // the statistics of that moment: planned on an empty table it would
+        // scan the table for ever after. No statement here wants a
+        // sequential scan of the counters, so rule them out.
+        ("plan_cache_mode", "force_generic_plan".to_string()),
+        ("enable_seqscan", "off".to_string()),
+        ("lock_timeout", limit_ms.clone()),
+        ("statement_timeout", limit_ms),
+    ])
+}
+
+/// Makes the counters table UNLOGGED or logged as configured. UNLOGGED
+/// skips the write-ahead log: writes are cheaper, but PostgreSQL empties the
+/// table after a crash and does not replicate it.
+///
+/// Switching rewrites the table under an exclusive lock, which would stall
+/// every instance's checks; so it is done here only while the table is
+/// empty (a new install). Otherwise start-up stops and says what to run: an
+/// operator's decision, not a flip-flop between instances of a rolling
+/// deploy that disagree.
+async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), sqlx::Error> {
+    let (persistence, empty): (i8, bool) = sqlx::query_as(
+        "SELECT relpersistence::\"char\", NOT EXISTS (SELECT 1 FROM pglimit_buckets)
+         FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if (persistence as u8 == b'u') == unlogged {
+        return Ok(());
+    }
+    let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
+    let alter = format!("ALTER TABLE pglimit_buckets SET {to}");
+    if !empty {
+        let msg = format!(
+            "PGLIMIT_UNLOGGED={unlogged} but the counters table holds counters and is not {to}: \
+             run `{alter}` at a quiet moment (it rewrites the table under an exclusive lock), \
+             or change PGLIMIT_UNLOGGED"
+        );
+        return Err(sqlx::Error::Configuration(msg.into()));
+    }
+    tracing::info!(to, "setting the (empty) counters table's persistence from PGLIMIT_UNLOGGED");
+    sqlx::query(&alter).execute(&mut *conn).await?;
+    Ok(())
+}
+
+pub(super) fn timed_out(what: &str) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
+}
+
+/// Connection-level failures mean Postgres is away for everyone; anything
+/// else (an error the server answered with, a row we could not decode)
+/// concerns this batch only and must not switch the whole instance to memory.
+pub(super) fn classify(e: sqlx::Error) -> StoreError {
+    let server_going_away = |code: &str| {
+        // 08: connection exception, 53: insufficient resources,
+        // 57P: shutdown, crash, starting up (not 57014, a statement timeout).
+        ["08", "53", "57P"].iter().any(|class| code.starts_with(class))
+    };
+    let unreachable = match &e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| server_going_away(&c)),
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            true
+        }
+        sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    if unreachable {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        StoreError::Failed(e.to_string())
+    }
+}

@@ -1,0 +1,15 @@
+//! The API against one real PostgreSQL, shared by every test here (each
+//! test in a database of its own): tests that stop their cluster live in
+//! binaries of their own (`fallback`, `network`, `process`, `restart`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod adhoc;
+mod algorithms;
+mod cleanup;
+mod concurrency;
+mod errors;
+mod openapi;
+mod policies;
+mod properties;

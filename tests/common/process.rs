@@ -1,0 +1,201 @@
+//! The real binary, as an operator runs it: processes with a JSON log in a
+//! file, throwaway clusters to stop and restart, and clients that retry.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pglimit::pg_cluster::{Cluster, StopMode};
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_pglimit");
+
+/// A running pglimit process, its JSON log in a file.
+pub struct Running {
+    pub child: Child,
+    pub log: PathBuf,
+    pub addr: String,
+}
+
+/// A directory removed when dropped, so that a failed test cleans up too.
+pub struct TempDir(pub PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn temp_dir(prefix: &str) -> TempDir {
+    let dir = std::env::temp_dir().join(super::unique(prefix));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    TempDir(dir)
+}
+
+pub fn command(envs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PGLIMIT_BIND", "127.0.0.1:0")
+        .env("PGLIMIT_LOG_FORMAT", "json")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// A client that gives up on an answer after 30 s, so that a hung service
+/// fails the test instead of stalling it.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("HTTP client")
+}
+
+/// Why a request got no answer at all. A process going away (or not yet
+/// there) refuses the connection or closes it before any response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// Could not connect: nothing listens at the address.
+    Refused,
+    /// The connection (often a kept-alive one) closed before a response head.
+    ClosedEarly,
+}
+
+/// Classifies a send error, failing the test on any kind a process going
+/// away has no business causing: a timeout (a hung service), an answer cut
+/// mid-body, or anything else that is not a failed connection.
+pub fn no_answer(e: &reqwest::Error) -> NoAnswer {
+    assert!(!e.is_timeout(), "a request timed out: {e:?}");
+    assert!(!e.is_body() && !e.is_decode(), "an answer was cut mid-body: {e:?}");
+    if e.is_connect() {
+        NoAnswer::Refused
+    } else if e.is_request() {
+        NoAnswer::ClosedEarly
+    } else {
+        panic!("a request failed, not its connection: {e:?}")
+    }
+}
+
+pub fn log_lines(log: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+pub fn messages_containing(log: &Path, needle: &str) -> usize {
+    log_lines(log)
+        .iter()
+        .filter(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains(needle)))
+        .count()
+}
+
+/// The level of the first log line whose message contains `needle`.
+pub fn level_of(log: &Path, needle: &str) -> String {
+    let line = log_lines(log)
+        .into_iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains(needle)))
+        .unwrap_or_else(|| panic!("no log line contains {needle:?}"));
+    line["level"].as_str().expect("a level").to_owned()
+}
+
+pub fn start(envs: &[(&str, &str)], dir: &Path) -> Running {
+    let log = dir.join(super::unique("pglimit.log"));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = command(envs).stderr(file).spawn().expect("spawn pglimit");
+    // Owned at once, so that a failed start still kills and reaps the child.
+    let mut running = Running { child, log, addr: String::new() };
+    running.addr = wait_for_listening(&running.log);
+    running
+}
+
+/// The address from the "listening" log line.
+pub fn wait_for_listening(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listening = log_lines(log).into_iter().find(|l| l["fields"]["message"] == "listening");
+        if let Some(line) = listening {
+            return line["fields"]["addr"].as_str().expect("addr").to_owned();
+        }
+        let log_text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(Instant::now() < deadline, "pglimit did not start: {log_text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Running {
+    pub async fn check(&self, body: Value) -> (u16, Value) {
+        let reply = http_client()
+            .post(format!("http://{}/check", self.addr))
+            .json(&body)
+            .send()
+            .await
+            .expect("reply");
+        (reply.status().as_u16(), reply.json().await.expect("JSON body"))
+    }
+
+    /// Sends `body` until it is decided by Postgres again.
+    pub async fn wait_for_postgres(&self, body: &Value) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.check(body.clone()).await.1["store"] != "postgres" {
+            assert!(Instant::now() < deadline, "did not return to postgres");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub fn terminate(mut self) -> PathBuf {
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "exit status {status}: {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+                return self.log.clone();
+            }
+            assert!(Instant::now() < deadline, "pglimit did not exit on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn throwaway_cluster() -> Cluster {
+    tokio::task::spawn_blocking(|| Cluster::throwaway().expect("cluster")).await.unwrap()
+}
+
+pub async fn stop_cluster(cluster: Cluster, mode: StopMode) -> Cluster {
+    tokio::task::spawn_blocking(move || cluster.stop(mode).map(|()| cluster)).await.unwrap().expect("stop")
+}
+
+pub async fn restart_cluster(cluster: Cluster) -> Cluster {
+    tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster)).await.unwrap().expect("restart")
+}
+
+/// Runs the binary to completion; returns (success, stderr).
+pub fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
+    let out =
+        command(envs).env("PGLIMIT_LOG_FORMAT", "text").stderr(Stdio::piped()).output().expect("run pglimit");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
