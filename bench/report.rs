@@ -23,10 +23,12 @@ const SCENARIOS: [(&str, &str); 4] = [
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
 ];
-const SYSTEMS: [(&str, &str); 5] = [
+const SYSTEMS: [(&str, &str); 6] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
+    // Only with BENCH_BASELINE; its label names the revision (see `table`).
+    ("baseline", "pglimit (baseline)"),
     ("rlflex", "rate-limiter-flexible (Node, pg)"),
     ("runlimit", "runlimit-postgres (Rust, sqlx)"),
 ];
@@ -178,7 +180,8 @@ fn wrk_record(dir: &Path, system: &str) -> Record {
         let answered = if probe.is_empty() { "nothing" } else { &probe };
         problems.push(format!("probe answered {answered}, expected {expect}"));
     }
-    if system == "pglimit" && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
+    let pglimit = matches!(system, "pglimit" | "baseline");
+    if pglimit && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
         problems.push("probe not decided by Postgres".to_string());
     }
     let mut record = record(problems);
@@ -389,7 +392,9 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
     Ok(records)
 }
 
-fn table(records: &[Record]) -> String {
+/// The table; with `baseline` (the short revision of BENCH_BASELINE), a
+/// "× baseline" column and the baseline's rows named after it.
+fn table(records: &[Record], baseline: Option<&str>) -> String {
     let find = |system: &str, scenario: &str, concurrency: f64| {
         records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
     };
@@ -400,24 +405,29 @@ fn table(records: &[Record]) -> String {
     let name = |names: &[(&str, &'static str)], id: &str| {
         names.iter().find(|(k, _)| *k == id).map_or_else(|| id.to_string(), |(_, v)| v.to_string())
     };
+    // The "× baseline" column, after "Postgres ms / statement", only in a run with a baseline.
+    let (baseline_head, baseline_rule) =
+        if baseline.is_some() { ("| × baseline ", "---:|") } else { ("", "") };
     let mut rows = vec![
-        concat!(
-            "| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision ",
-            "| Postgres ms / statement | × raw Postgres | × HTTP ceiling | × rate-limiter-flexible ",
-            "| × runlimit-postgres | CPU µs / request: service · Postgres · rest | check |"
-        )
-        .to_string(),
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|".to_string(),
+        format!(
+            "| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision \
+             | Postgres ms / statement {baseline_head}| × raw Postgres | × HTTP ceiling \
+             | × rate-limiter-flexible | × runlimit-postgres | CPU µs / request: service · Postgres · rest \
+             | check |"
+        ),
+        format!("|---|---|---:|---:|---:|---:|---:|---:|{baseline_rule}---:|---:|---:|---:|---:|---|"),
     ];
     for r in records {
         let (system, scenario, conc) = (r.system.as_str(), r.scenario.as_str(), r.concurrency);
-        let http = matches!(system, "pglimit" | "rlflex" | "runlimit");
+        let http = matches!(system, "pglimit" | "baseline" | "rlflex" | "runlimit");
         let raw_shape = matches!(scenario, "allow-random" | "allow-hot");
         let vs_raw = if http && raw_shape { ratio(r, find("raw-pg", scenario, conc)) } else { String::new() };
         let vs_ceiling = if http { ratio(r, find("ceiling", "allow-random", conc)) } else { String::new() };
         let mut vs_peer = String::new();
         let mut vs_runlimit = String::new();
+        let mut vs_baseline = String::new();
         if system == "pglimit" {
+            vs_baseline = ratio(r, find("baseline", scenario, conc));
             vs_runlimit = ratio(r, find("runlimit", scenario, conc));
             vs_peer = ratio(r, find("rlflex", scenario, conc));
             if scenario == "deny" {
@@ -440,10 +450,14 @@ fn table(records: &[Record]) -> String {
             String::new()
         };
         let check = if r.problems.is_empty() { "ok".to_string() } else { r.problems.join("; ") };
+        let label = match baseline {
+            Some(rev) if system == "baseline" => format!("pglimit at {rev} (baseline)"),
+            _ => name(&SYSTEMS, system),
+        };
+        let vs_baseline = if baseline.is_some() { format!("{vs_baseline} | ") } else { String::new() };
         rows.push(format!(
-            "| {} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_raw} | {vs_ceiling} | {vs_peer} \
-             | {vs_runlimit} | {} | {check} |",
-            name(&SYSTEMS, system),
+            "| {label} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_baseline}{vs_raw} | {vs_ceiling} \
+             | {vs_peer} | {vs_runlimit} | {} | {check} |",
             name(&SCENARIOS, scenario),
             js_number(conc),
             int(r.rps),
@@ -460,7 +474,11 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     let m = |key: &str| meta.get(key).unwrap_or(&undefined).as_str();
     let smoke = if m("smoke") == "1" { " (smoke run: too short to quote)" } else { "" };
     let warnings = meta.get("pglimit_warnings").filter(|w| !w.is_empty()).map_or("0", |w| w.as_str());
-    let lines = [
+    // BENCH_BASELINE's revision: from the meta, or unnamed when only its measurements are there.
+    let baseline = meta.get("baseline").map(String::as_str).filter(|b| !b.is_empty());
+    let baseline =
+        baseline.or_else(|| records.iter().any(|r| r.system == "baseline").then_some("an unknown revision"));
+    let mut lines = vec![
         format!("# pglimit throughput, {}{smoke}", m("date")),
         String::new(),
         format!(
@@ -489,6 +507,16 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("commit"),
             m("rustc")
         ),
+    ];
+    if let Some(rev) = baseline {
+        lines.push(format!(
+            "- Baseline: pglimit at {rev} (`BENCH_BASELINE={}`), built from a git worktree of that revision, \
+             release build, default settings, its migrations in a database of its own (`baseline`); \
+             measured right after pglimit",
+            m("baseline_rev")
+        ));
+    }
+    lines.extend([
         format!(
             "- rate-limiter-flexible {} (RateLimiterPostgres, pg {}, pool of 16), Node {}, one process",
             m("rlflex"),
@@ -506,7 +534,7 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("wrk")
         ),
         String::new(),
-        table(records),
+        table(records, baseline),
         String::new(),
         format!(
             "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
@@ -515,14 +543,30 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             mib(meta.get("rlflex_rss_kib")),
             mib(meta.get("runlimit_rss_kib"))
         ),
-        format!(
-            "- pglimit logged {warnings} warning or error lines; /readyz at the end: `{}`.",
-            m("pglimit_readyz")
-        ),
-    ];
+    ]);
+    if let Some(rev) = baseline {
+        lines.push(format!(
+            "- Peak RSS (VmHWM) of pglimit at {rev} (baseline) over all its measurements: {}.",
+            mib(meta.get("baseline_rss_kib"))
+        ));
+    }
+    lines.push(format!(
+        "- pglimit logged {warnings} warning or error lines; /readyz at the end: `{}`.",
+        m("pglimit_readyz")
+    ));
     let mut report = lines.join("\n");
     report.push_str("\n\n");
     report.push_str(HOW_TO_READ);
+    if let Some(rev) = baseline {
+        writeln!(
+            report,
+            "- *× baseline*: pglimit's requests/s over those of pglimit at {rev} (`BENCH_BASELINE`) in the \
+             same scenario and client count, the baseline measured right after pglimit in this run: below \
+             1, the current code is slower. The baseline's statements are those of its own database \
+             (`baseline`), and its probe too must have been decided by Postgres."
+        )
+        .expect("a String");
+    }
     report
 }
 
