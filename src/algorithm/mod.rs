@@ -13,11 +13,14 @@
 //! (`full_us`), and, when denied, the earliest time a check of this cost
 //! could pass (`retry_us`).
 
+mod absorb;
 #[cfg(test)]
 mod tests;
 mod windows;
 
 use serde::{Deserialize, Serialize};
+
+pub use absorb::absorb;
 
 /// Largest limit a bucket may have.
 pub const MAX_LIMIT: u64 = 1_000_000_000;

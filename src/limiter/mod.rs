@@ -18,8 +18,10 @@ pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
-use crate::policy::{OnStoreError, Policies, Policy};
-use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, Store, StoreError, StoreKind};
+use crate::policy::{FallbackShare, OnStoreError, Policies, Policy};
+use crate::storage::{
+    Answer, BucketAnswer, BucketSpec, CheckBatch, MemoryFallback, Store, StoreError, StoreKind,
+};
 
 /// Why a check has no decision. A denial is a decision, not one of these.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +71,7 @@ impl<S: Store> Limiter<S> {
                 let policy =
                     self.policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
                 let buckets = self.policy_buckets(policy, identifiers, *cost)?;
-                Ok((batch(buckets, *cost, policy.on_store_error), policy.on_store_error))
+                Ok((batch(buckets, *cost, policy), policy.on_store_error))
             }
             CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
                 let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
@@ -81,7 +83,8 @@ impl<S: Store> Limiter<S> {
                     window: valid.window,
                     algorithm: valid.algorithm,
                 };
-                Ok((batch(vec![spec], *cost, OnStoreError::Memory), OnStoreError::Memory))
+                let fallback = MemoryFallback::Split;
+                Ok((CheckBatch { buckets: vec![spec], cost: *cost, fallback }, OnStoreError::Memory))
             }
         }
     }
@@ -114,8 +117,13 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-fn batch(buckets: Vec<BucketSpec>, cost: u64, on_store_error: OnStoreError) -> CheckBatch {
-    CheckBatch { buckets, cost, memory_fallback: on_store_error == OnStoreError::Memory }
+fn batch(buckets: Vec<BucketSpec>, cost: u64, policy: &Policy) -> CheckBatch {
+    let fallback = match (policy.on_store_error, policy.fallback_share) {
+        (OnStoreError::Memory, FallbackShare::Split) => MemoryFallback::Split,
+        (OnStoreError::Memory, FallbackShare::Full) => MemoryFallback::Full,
+        (OnStoreError::Allow | OnStoreError::Deny, _) => MemoryFallback::Refuse,
+    };
+    CheckBatch { buckets, cost, fallback }
 }
 
 /// The answer for `on_store_error = "allow"`: admitted, nothing counted.

@@ -7,7 +7,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{is_valid_name, parse_window, BucketDef, IdentifierKind, OnStoreError, Policy};
+use super::{is_valid_name, parse_window, BucketDef, FallbackShare, IdentifierKind, OnStoreError, Policy};
 use crate::algorithm::Algorithm;
 
 /// Parses and validates a whole file; the error is a sentence with a place.
@@ -38,6 +38,8 @@ struct RawPolicy {
     buckets: Spanned<Vec<RawBucket>>,
     #[serde(default)]
     on_store_error: OnStoreError,
+    #[serde(default)]
+    fallback_share: FallbackShare,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +106,7 @@ impl RawPolicy {
             identifiers: self.identifiers,
             buckets,
             on_store_error: self.on_store_error,
+            fallback_share: self.fallback_share,
         })
     }
 }

@@ -30,6 +30,7 @@ pub struct Policy {
     pub identifiers: BTreeMap<String, IdentifierKind>,
     pub buckets: Vec<BucketDef>,
     pub on_store_error: OnStoreError,
+    pub fallback_share: FallbackShare,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +54,18 @@ pub enum OnStoreError {
     Allow,
     /// Refuse with 503 (fail closed).
     Deny,
+}
+
+/// How much of each limit one instance enforces from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackShare {
+    /// `ceil(limit / N)`, N the instances that were sharing the database:
+    /// together they admit about the limit.
+    #[default]
+    Split,
+    /// The whole limit on every instance: together up to N × the limit.
+    Full,
 }
 
 /// All configured policies, by name.

@@ -20,14 +20,14 @@ pub use headers::rate_limit_headers;
 
 use crate::error::Error;
 use crate::limiter::Limiter;
-use crate::storage::{DenyCache, FallbackStore, MemoryStore, PgStore, Store};
+use crate::storage::{DenyCache, FallbackStore, PgStore, Store};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// The store a running service uses: Postgres, falling back to memory,
 /// with repeated denials answered from memory.
-pub type ServiceStore = DenyCache<FallbackStore<PgStore, MemoryStore>>;
+pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -64,12 +64,16 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Which store is answering checks now. Still 200 in fallback: the
-/// instance answers, and every instance would fall back alike.
+/// Which store is answering checks now, and how many instances share the
+/// database (each keeps to its share of a limit in fallback). Still 200 in
+/// fallback: the instance answers, and every instance would fall back alike.
 async fn readyz(State(state): State<AppState>) -> Json<Value> {
-    let degraded = state.limiter.store().is_degraded();
-    let store = if degraded { "memory" } else { "postgres" };
-    Json(json!({ "status": "ready", "store": store, "degraded": degraded }))
+    let store = state.limiter.store();
+    let degraded = store.is_degraded();
+    let answering = if degraded { "memory" } else { "postgres" };
+    Json(
+        json!({ "status": "ready", "store": answering, "degraded": degraded, "instances": store.instances() }),
+    )
 }
 
 /// The OpenAPI 3.1 description of this API, kept true by `tests/openapi.rs`

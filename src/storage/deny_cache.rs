@@ -108,16 +108,12 @@ impl<S: Store> Store for DenyCache<S> {
         Ok(checked)
     }
 
-    async fn probe(&self) -> Result<(), StoreError> {
-        self.inner.probe().await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.inner.ping().await
-    }
-
     fn is_degraded(&self) -> bool {
         self.inner.is_degraded()
+    }
+
+    fn instances(&self) -> u64 {
+        self.inner.instances()
     }
 }
 

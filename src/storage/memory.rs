@@ -1,7 +1,10 @@
 //! Counters in this process's memory: the fallback while PostgreSQL is away.
 //!
 //! Same algorithms as the Postgres store (both follow [`crate::algorithm`]),
-//! but per instance: N instances in fallback admit up to N × limit. The map
+//! but per instance: N instances in fallback admit up to N × limit, unless
+//! each enforces its share (`share` in [`MemoryStore::check_at`]). Each
+//! state is held with the bucket's own parameters, so that what memory
+//! admitted can be handed back to Postgres when it returns. The map
 //! is bounded: when a shard is full, expired states are dropped first, then
 //! those closest to expiry (they have the least left to protect), so a
 //! flood of unique keys costs a bounded amount of memory and cannot push out
@@ -12,14 +15,16 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use super::{from_us, to_us, Answer, BucketAnswer, CheckBatch, Key, Store, StoreError, StoreKind};
-use crate::algorithm::{decide_all, State};
+use super::{
+    from_us, to_us, Answer, BucketAnswer, BucketSpec, CheckBatch, Held, Key, Store, StoreError, StoreKind,
+};
+use crate::algorithm::{absorb, decide_all, Params, State};
 
 const SHARDS: usize = 16;
 
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Vec<Mutex<HashMap<Key, State>>>,
+    shards: Vec<Mutex<HashMap<Key, (Params, State)>>>,
     per_shard: usize,
 }
 
@@ -40,9 +45,37 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Decides `batch` as of `now`. All shards a batch touches are locked in
-    /// shard order, so the decision is atomic and concurrent batches cannot deadlock.
-    pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Answer {
+    /// Takes every state still in force, leaving the store empty.
+    pub fn drain(&self, now: DateTime<Utc>) -> Vec<Held> {
+        let now_us = to_us(now);
+        let taken = self.shards.iter().flat_map(|s| std::mem::take(&mut *lock(s)));
+        taken
+            .filter(|(_, (_, state))| state.expires_us > now_us)
+            .map(|(key, (params, state))| Held { key, params, state })
+            .collect()
+    }
+
+    /// Puts back states taken by [`Self::drain`], folded into any the store
+    /// took since, so that nothing admitted is lost.
+    pub fn restore(&self, held: Vec<Held>, now: DateTime<Utc>) {
+        let now_us = to_us(now);
+        for Held { key, params, state } in held {
+            let mut map = lock(&self.shards[shard_of(&key)]);
+            let merged = match map.get(&key) {
+                Some((_, current)) => absorb(params, Some(current), &state, now_us),
+                None => Some(state),
+            };
+            if let Some(merged) = merged {
+                insert_bounded(&mut map, key, (params, merged), now_us, self.per_shard);
+            }
+        }
+    }
+
+    /// Decides `batch` as of `now`, each bucket enforcing `ceil(limit /
+    /// share)` (`share` 1: the whole limit). All shards a batch touches are
+    /// locked in shard order, so the decision is atomic and concurrent
+    /// batches cannot deadlock.
+    pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>, share: u64) -> Answer {
         let now_us = to_us(now);
         let mut shard_ids: Vec<usize> = batch.buckets.iter().map(|b| shard_of(&b.key)).collect();
         shard_ids.sort_unstable();
@@ -50,8 +83,12 @@ impl MemoryStore {
         let mut guards: Vec<_> = shard_ids.iter().map(|&i| lock(&self.shards[i])).collect();
         let slot = |key: &Key| position(&shard_ids, shard_of(key));
 
-        let states: Vec<_> =
-            batch.buckets.iter().map(|b| (b.params(), guards[slot(&b.key)].get(&b.key))).collect();
+        let shared = |b: &BucketSpec| Params { limit: b.limit.div_ceil(share.max(1)), ..b.params() };
+        let states: Vec<_> = batch
+            .buckets
+            .iter()
+            .map(|b| (shared(b), guards[slot(&b.key)].get(&b.key).map(|(_, s)| s)))
+            .collect();
         let joint = decide_all(&states, batch.cost, now_us);
         drop(states);
         let mut buckets = Vec::with_capacity(batch.buckets.len());
@@ -63,7 +100,8 @@ impl MemoryStore {
                 retry_at: verdict.retry_us.map(from_us),
             });
             if joint.admitted {
-                insert_bounded(&mut guards[slot(&b.key)], b.key, verdict.next, now_us, self.per_shard);
+                let held = (b.params(), verdict.next);
+                insert_bounded(&mut guards[slot(&b.key)], b.key, held, now_us, self.per_shard);
             }
         }
         drop(guards);
@@ -73,38 +111,32 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        Ok(self.check_at(batch, Utc::now()))
-    }
-
-    async fn probe(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
+        Ok(self.check_at(batch, Utc::now(), 1))
     }
 }
 
-fn insert_bounded(map: &mut HashMap<Key, State>, key: Key, state: State, now_us: i64, cap: usize) {
+type Shard = HashMap<Key, (Params, State)>;
+
+fn insert_bounded(map: &mut Shard, key: Key, held: (Params, State), now_us: i64, cap: usize) {
     if map.len() >= cap && !map.contains_key(&key) {
-        map.retain(|_, s| s.expires_us > now_us);
+        map.retain(|_, (_, s)| s.expires_us > now_us);
         if map.len() >= cap {
             evict_soonest(map, cap - cap / 10 - 1);
         }
     }
-    map.insert(key, state);
+    map.insert(key, held);
 }
 
 /// Keeps the `keep` states that expire last.
-fn evict_soonest(map: &mut HashMap<Key, State>, keep: usize) {
-    let mut expiries: Vec<i64> = map.values().map(|s| s.expires_us).collect();
+fn evict_soonest(map: &mut Shard, keep: usize) {
+    let mut expiries: Vec<i64> = map.values().map(|(_, s)| s.expires_us).collect();
     let cut = expiries.len().saturating_sub(keep);
     if cut == 0 {
         return;
     }
     let (_, threshold, _) = expiries.select_nth_unstable(cut - 1);
     let threshold = *threshold;
-    map.retain(|_, s| s.expires_us > threshold);
+    map.retain(|_, (_, s)| s.expires_us > threshold);
 }
 
 fn shard_of(key: &Key) -> usize {
@@ -130,7 +162,7 @@ mod tests {
 
     use super::MemoryStore;
     use crate::algorithm::Algorithm;
-    use crate::storage::{BucketSpec, CheckBatch};
+    use crate::storage::{BucketSpec, CheckBatch, MemoryFallback};
 
     fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
         let mut key = [0u8; 32];
@@ -140,7 +172,7 @@ mod tests {
     }
 
     fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
-        CheckBatch { buckets: buckets.to_vec(), cost, memory_fallback: true }
+        CheckBatch { buckets: buckets.to_vec(), cost, fallback: MemoryFallback::Full }
     }
 
     fn t0() -> DateTime<Utc> {
@@ -151,12 +183,12 @@ mod tests {
     fn a_window_admits_its_limit_then_resets_after_its_length() {
         let store = MemoryStore::new(100);
         let b = [bucket("k", 3, 60)];
-        let admitted = (0..5).filter(|_| store.check_at(&batch(&b, 1), t0()).allowed()).count();
+        let admitted = (0..5).filter(|_| store.check_at(&batch(&b, 1), t0(), 1).allowed()).count();
         assert_eq!(admitted, 3);
         let just_before = t0() + TimeDelta::seconds(59);
-        assert!(!store.check_at(&batch(&b, 1), just_before).allowed());
+        assert!(!store.check_at(&batch(&b, 1), just_before, 1).allowed());
         let at_reset = t0() + TimeDelta::seconds(60);
-        let checked = store.check_at(&batch(&b, 1), at_reset);
+        let checked = store.check_at(&batch(&b, 1), at_reset, 1);
         assert!(checked.allowed());
         assert_eq!(
             checked.buckets[0].reset_at,
@@ -170,11 +202,11 @@ mod tests {
         let store = MemoryStore::new(100);
         let narrow = bucket("narrow", 1, 60);
         let wide = bucket("wide", 10, 60);
-        assert!(store.check_at(&batch(&[narrow.clone(), wide.clone()], 1), t0()).allowed());
+        assert!(store.check_at(&batch(&[narrow.clone(), wide.clone()], 1), t0(), 1).allowed());
         for _ in 0..5 {
-            assert!(!store.check_at(&batch(&[narrow.clone(), wide.clone()], 1), t0()).allowed());
+            assert!(!store.check_at(&batch(&[narrow.clone(), wide.clone()], 1), t0(), 1).allowed());
         }
-        let alone = store.check_at(&batch(&[wide], 0), t0());
+        let alone = store.check_at(&batch(&[wide], 0), t0(), 1);
         assert_eq!(alone.buckets[0].remaining, 9, "only the admitted check was counted");
     }
 
@@ -182,14 +214,29 @@ mod tests {
     fn a_peek_does_not_start_a_window() {
         let store = MemoryStore::new(100);
         let b = [bucket("k", 1, 60)];
-        store.check_at(&batch(&b, 0), t0());
+        store.check_at(&batch(&b, 0), t0(), 1);
         let later = t0() + TimeDelta::seconds(30);
-        let checked = store.check_at(&batch(&b, 1), later);
+        let checked = store.check_at(&batch(&b, 1), later, 1);
         assert_eq!(
             checked.buckets[0].reset_at,
             later + TimeDelta::seconds(60),
             "the window starts at the admitted check"
         );
+    }
+
+    #[test]
+    fn a_share_of_the_limit_is_enforced_and_the_whole_limit_is_kept() {
+        let store = MemoryStore::new(100);
+        let b = [bucket("k", 5, 60)];
+        let admitted = (0..5).filter(|_| store.check_at(&batch(&b, 1), t0(), 3).allowed()).count();
+        assert_eq!(admitted, 2, "ceil(5 / 3)");
+        let held = store.drain(t0());
+        assert_eq!((held.len(), held[0].params.limit, held[0].state.count), (1, 5, 2));
+        assert!(store.is_empty(), "drained");
+        store.check_at(&batch(&b, 1), t0(), 1);
+        store.restore(held, t0());
+        let peek = store.check_at(&batch(&b, 0), t0(), 1);
+        assert_eq!(peek.buckets[0].remaining, 2, "what was restored joins what came since");
     }
 
     #[test]
@@ -199,7 +246,7 @@ mod tests {
             let mut b = bucket("", 5, 60);
             b.key[..4].copy_from_slice(&n.to_be_bytes());
             b.key[4] = (n % 251) as u8; // spread over the shards
-            store.check_at(&batch(&[b], 1), t0());
+            store.check_at(&batch(&[b], 1), t0(), 1);
         }
         assert!(store.len() <= 1_000 + 16, "held {} keys", store.len());
     }
@@ -212,10 +259,10 @@ mod tests {
             let mut b = bucket("", 1, 60 + u64::from(n));
             b.key[0] = 0; // all in one shard
             b.key[1] = n;
-            store.check_at(&batch(&[b.clone()], 1), t0());
+            store.check_at(&batch(&[b.clone()], 1), t0(), 1);
             keys.push(b);
         }
         // The key with the longest window (reset last) is still counted.
-        assert!(!store.check_at(&batch(&[keys[7].clone()], 1), t0()).allowed());
+        assert!(!store.check_at(&batch(&[keys[7].clone()], 1), t0(), 1).allowed());
     }
 }

@@ -54,9 +54,22 @@ impl BucketSpec {
 pub struct CheckBatch {
     pub buckets: Vec<BucketSpec>,
     pub cost: u64,
-    /// Whether the memory store may answer when Postgres cannot; when not,
-    /// the check fails with [`StoreError::Unavailable`] and the caller decides.
-    pub memory_fallback: bool,
+    /// What the memory store may do when Postgres cannot answer.
+    pub fallback: MemoryFallback,
+}
+
+/// Whether, and how, a check may be answered from memory while Postgres is
+/// unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryFallback {
+    /// Not at all: the check fails with [`StoreError::Unavailable`] and the
+    /// caller decides.
+    Refuse,
+    /// Each instance enforces the whole limit: N instances admit up to N × it.
+    Full,
+    /// Each of the N instances that shared the database enforces
+    /// `ceil(limit / N)`, so together they admit about the limit.
+    Split,
 }
 
 /// One bucket's answer to a check. The figures mean the same whatever the
@@ -127,14 +140,36 @@ pub trait Store: Send + Sync + 'static {
     /// Decides every bucket of `batch` at once, all or nothing.
     fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Answer, StoreError>> + Send;
 
-    /// Succeeds once the store can answer checks again (and prepares it to).
-    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Succeeds if the store answers at all; changes nothing.
-    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
-
     /// True while checks are answered without Postgres.
     fn is_degraded(&self) -> bool {
         false
     }
+
+    /// How many service instances shared Postgres when it was last heard
+    /// from, this one included (at least 1).
+    fn instances(&self) -> u64 {
+        1
+    }
+}
+
+/// What the fallback needs of the shared store, beyond checks.
+pub trait Primary: Store {
+    /// Succeeds if the store answers within `budget`; changes nothing.
+    fn ping(&self, budget: Duration) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Succeeds once the store can answer checks again (and prepares it to).
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Adds what this instance admitted from memory during an outage to the
+    /// shared state, bucket by bucket (see [`crate::algorithm::absorb`]).
+    fn absorb(&self, outage: Vec<Held>) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A bucket's state as the memory store holds it, with the parameters it
+/// was checked with.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub key: Key,
+    pub params: crate::algorithm::Params,
+    pub state: crate::algorithm::State,
 }

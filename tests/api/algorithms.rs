@@ -8,7 +8,7 @@ use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, Store};
+use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -45,7 +45,7 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
         for step in 0..60 {
             now += TimeDelta::microseconds(rng.gen_range(0..900_000));
             let cost = rng.gen_range(0..3);
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, memory_fallback: false };
+            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse };
             let got = pg.check_as_of(&batch, now).await.expect("postgres answers");
             let now_us = now.timestamp_micros();
             let admit = cost > 0
@@ -85,7 +85,7 @@ async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
         for step in 0..60 {
             now += TimeDelta::microseconds(rng.gen_range(0..400_000));
             let cost = rng.gen_range(1..3).min(s.limit);
-            let batch = CheckBatch { buckets: vec![s.clone()], cost, memory_fallback: false };
+            let batch = CheckBatch { buckets: vec![s.clone()], cost, fallback: MemoryFallback::Refuse };
             let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
             let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), true);
             let at = format!("round {round} step {step} (cost {cost}, limit {})", s.limit);
@@ -225,7 +225,7 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let into_window = Utc::now().timestamp_millis().rem_euclid(400) as u64;
     tokio::time::sleep(Duration::from_millis(400 - into_window + 10)).await;
     for s in [&sliding, &fixed] {
-        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, memory_fallback: false };
+        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse };
         pg.check(&batch).await.unwrap();
     }
     // After one window the fixed row is dead but the sliding row still

@@ -9,7 +9,9 @@
 //! background delete started on a sample of checks ([`cleanup`]), so no cron
 //! is needed.
 
+mod absorb;
 mod cleanup;
+mod health;
 mod lane;
 mod session;
 mod statements;
@@ -21,8 +23,9 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Answer, CheckBatch, Store, StoreError};
+use super::{Answer, CheckBatch, Held, Primary, Store, StoreError};
 use cleanup::Cleanup;
+use health::Health;
 use lane::{lane, Busy, Job};
 use session::{classify, Session};
 
@@ -50,6 +53,7 @@ pub struct PgStore {
     lanes: Arc<[LaneHandle]>,
     session: Arc<Session>,
     cleanup: Arc<Cleanup>,
+    health: Arc<Health>,
 }
 
 /// What the router sees of a lane: its queue, and since when its current
@@ -85,7 +89,9 @@ impl PgStore {
             lanes.push(LaneHandle { queue: jobs, busy });
         }
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
-        Ok(Self { lanes: lanes.into(), session, cleanup })
+        let health = Arc::new(Health::new(session.open().await?));
+        health.spawn_heartbeat(Arc::clone(&session));
+        Ok(Self { lanes: lanes.into(), session, cleanup, health })
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -144,20 +150,33 @@ impl Store for PgStore {
         Ok(answer)
     }
 
-    /// A ping; on success every lane reconnects before its next check, so no
-    /// connection from before an outage is reused.
+    fn instances(&self) -> u64 {
+        self.health.instances()
+    }
+}
+
+impl Primary for PgStore {
+    /// `SELECT 1` on the connection kept for it: the lanes' connections may
+    /// all be busy (or dead), so they cannot tell.
+    async fn ping(&self, budget: Duration) -> Result<(), StoreError> {
+        self.health.ping(&self.session, budget).await
+    }
+
+    /// A fresh connection and `SELECT 1`; on success every lane reconnects
+    /// before its next check, so no connection from before an outage is
+    /// reused, and the fresh one becomes the health connection.
     async fn probe(&self) -> Result<(), StoreError> {
-        self.ping().await?;
+        let mut conn = self.session.open().await.map_err(classify)?;
+        sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
         self.session.renew();
+        self.health.install(conn).await;
         Ok(())
     }
 
-    /// A fresh connection and `SELECT 1`: the lanes' connections may all be
-    /// busy (or dead), so they cannot tell.
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn absorb(&self, outage: Vec<Held>) -> Result<(), StoreError> {
         let mut conn = self.session.open().await.map_err(classify)?;
-        sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
+        let result = absorb::absorb_all(&mut conn, &outage).await.map_err(classify);
         let _ = conn.close().await;
-        Ok(())
+        result
     }
 }

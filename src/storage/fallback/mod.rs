@@ -1,0 +1,180 @@
+//! Serve from the primary store; while it is unreachable, from memory.
+//!
+//! "Unreachable" means a connection-level failure, or no progress: no
+//! primary call has completed for `timeout` and Postgres does not answer a
+//! ping on a connection kept open for it either ([`detector`]: slow is not
+//! gone). The first such failure trips the instance into fallback (one
+//! `warn` line) and starts one background probe; until the probe succeeds,
+//! checks go straight to memory instead of each waiting out a timeout.
+//! When Postgres is back, what memory admitted is written into the shared
+//! rows before checks return to Postgres ([`recovery`]); recovery is logged
+//! once (`info`).
+//!
+//! A check that waits longer than `timeout` while other calls *are*
+//! completing is queued behind this instance's own load, not facing a dead
+//! server, so it keeps waiting (answering it from memory would admit past
+//! the shared limit), up to [`longest_wait`]. A check that fails alone (a
+//! lock timeout, say) is answered from memory without tripping the
+//! instance. In memory, each bucket enforces the whole limit or this
+//! instance's share of it, as the check's [`MemoryFallback`] says.
+
+mod detector;
+mod recovery;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Store, StoreError};
+use detector::Detector;
+
+/// How many `timeout`s a check may wait while the primary is making progress.
+const OVERLOAD_FACTOR: u32 = 20;
+/// At most one "refused one check" warning per this period.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest a check waits for the primary while it makes progress:
+/// server-side limits must end before this, or a statement could commit a
+/// count for a check already answered from memory.
+pub fn longest_wait(timeout: Duration) -> Duration {
+    timeout * OVERLOAD_FACTOR
+}
+
+pub struct FallbackStore<P> {
+    inner: Arc<Inner<P>>,
+}
+
+struct Inner<P> {
+    primary: P,
+    memory: MemoryStore,
+    timeout: Duration,
+    probe_every: Duration,
+    degraded: AtomicBool,
+    detector: Detector,
+    epoch: Instant,
+    next_warn_ms: AtomicU64,
+}
+
+impl<P> Clone for FallbackStore<P> {
+    fn clone(&self) -> Self {
+        Self { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<P: Primary> FallbackStore<P> {
+    /// `timeout` is how long the primary may go without answering anything
+    /// before the instance falls back; `probe_every` paces recovery probes.
+    pub fn new(primary: P, memory: MemoryStore, timeout: Duration, probe_every: Duration) -> Self {
+        let inner = Inner {
+            primary,
+            memory,
+            timeout,
+            probe_every,
+            degraded: AtomicBool::new(false),
+            detector: Detector::new(timeout),
+            epoch: Instant::now(),
+            next_warn_ms: AtomicU64::new(0),
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    async fn try_primary(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        let call = self.inner.primary.check(batch);
+        tokio::pin!(call);
+        let (started, timeout) = (Instant::now(), self.inner.timeout);
+        let give_up = started + longest_wait(timeout);
+        loop {
+            let (since, round) = (self.inner.detector.now_ms(), Instant::now());
+            if let Ok(result) = tokio::time::timeout(timeout, &mut call).await {
+                if result.is_ok() {
+                    self.inner.detector.progressed(started.elapsed());
+                }
+                return result;
+            }
+            // How late the timer fired: this process's own stall, not Postgres's.
+            let lag = round.elapsed().saturating_sub(timeout);
+            let progressing = self.inner.detector.progressed_since(since);
+            if self.is_degraded() || (!progressing && !self.answers_a_ping(lag).await) {
+                return Err(StoreError::Unreachable(format!("no answer from postgres for {timeout:?}")));
+            }
+            if Instant::now() >= give_up {
+                return Err(StoreError::Failed(
+                    "overloaded: this instance's queue to postgres is too long".into(),
+                ));
+            }
+        }
+    }
+
+    /// Nothing has completed for a whole timeout: on a quiet instance that
+    /// may be one call waiting for a row another instance holds, not an
+    /// outage. One waiting check asks Postgres directly; a success counts as
+    /// progress for every waiting check. The others keep waiting meanwhile.
+    async fn answers_a_ping(&self, lag: Duration) -> bool {
+        let detector = &self.inner.detector;
+        let Some(_asking) = detector.start_ping() else {
+            return true; // someone is asking; decide on the next round
+        };
+        let (sent, budget) = (Instant::now(), detector.ping_budget(lag));
+        let alive = self.inner.primary.ping(budget).await.is_ok();
+        if alive {
+            detector.progressed(sent.elapsed());
+        }
+        alive
+    }
+
+    fn trip(&self, error: &StoreError) {
+        if self.inner.degraded.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let instances = self.instances();
+        tracing::warn!(%error, instances, "postgres unreachable: serving from per-instance memory until it returns");
+        tokio::spawn(self.clone().recover());
+    }
+
+    /// Warns about a check the primary refused, at most once per [`WARN_EVERY`].
+    fn warn_refused(&self, error: &StoreError) {
+        let now = self.inner.epoch.elapsed().as_millis() as u64;
+        let next = self.inner.next_warn_ms.load(Ordering::Acquire);
+        let period = WARN_EVERY.as_millis() as u64;
+        let swapped = || {
+            self.inner.next_warn_ms.compare_exchange(next, now + period, Ordering::AcqRel, Ordering::Relaxed)
+        };
+        if now >= next && swapped().is_ok() {
+            tracing::warn!(%error, "postgres refused a check: answered from memory (at most one such line per 10 s)");
+        }
+    }
+
+    fn fall_back(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        let share = match batch.fallback {
+            MemoryFallback::Refuse => return Err(StoreError::Unavailable),
+            MemoryFallback::Full => 1,
+            MemoryFallback::Split => self.instances(),
+        };
+        let mut answer = self.inner.memory.check_at(batch, Utc::now(), share);
+        answer.degraded = true;
+        Ok(answer)
+    }
+}
+
+impl<P: Primary> Store for FallbackStore<P> {
+    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        if !self.is_degraded() {
+            match self.try_primary(batch).await {
+                Ok(answer) => return Ok(answer),
+                Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
+                Err(error) => self.warn_refused(&error),
+            }
+        }
+        self.fall_back(batch)
+    }
+
+    fn is_degraded(&self) -> bool {
+        self.inner.degraded.load(Ordering::Acquire)
+    }
+
+    fn instances(&self) -> u64 {
+        self.inner.primary.instances()
+    }
+}
