@@ -1,5 +1,5 @@
--- The whole schema of pglimit. Until the first release this file was
--- rewritten in place; from the first release on, migrations are append-only.
+-- The whole schema of pglimit. From the first release on, migrations are
+-- append-only: a change to the schema is a new file, never an edit here.
 --
 -- One row per bucket. The key is HMAC-SHA256 of what identifies the bucket
 -- (policy, bucket, algorithm, normalised identifiers), so no raw identifier
@@ -122,7 +122,7 @@ RETURN greatest(win - ceil((need + 1)::numeric * win / greatest(prev, 1))::bigin
 --
 -- Rows are locked (created first when missing, as expired rows) in key
 -- order, so batches sharing keys cannot deadlock. The decision itself is
--- pglimit_decide, the SQL translation of src/algorithm.rs.
+-- pglimit_decide, the SQL translation of src/algorithm/.
 CREATE FUNCTION pglimit_check_batch(
     p_checks     integer[],
     p_keys       bytea[],

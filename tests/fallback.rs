@@ -4,72 +4,13 @@
 
 mod common;
 
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{check, degraded, instance, remaining, send, unique, wait_for_postgres};
-use pglimit::pg_cluster::{Cluster, StopMode};
+use common::stoppable::{database, restart, stop, Paused, SERIAL};
+use common::{check, degraded, instance, remaining, unique, wait_for_postgres};
+use pglimit::pg_cluster::StopMode;
 use serde_json::json;
-use tokio::sync::Mutex;
-
-static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-/// Tests here stop the shared server, so they run one at a time.
-static SERIAL: Mutex<()> = Mutex::const_new(());
-
-async fn cluster() -> &'static Cluster {
-    tokio::task::spawn_blocking(|| CLUSTER.get_or_init(|| Cluster::throwaway().expect("test cluster")))
-        .await
-        .expect("cluster start-up")
-}
-
-async fn database() -> String {
-    common::create_database(&cluster().await.url()).await
-}
-
-async fn stop(mode: StopMode) {
-    tokio::task::spawn_blocking(move || CLUSTER.get().expect("cluster").stop(mode))
-        .await
-        .unwrap()
-        .expect("stop");
-}
-
-async fn restart() {
-    tokio::task::spawn_blocking(|| CLUSTER.get().expect("cluster").restart())
-        .await
-        .unwrap()
-        .expect("restart");
-}
-
-/// Sends SIGSTOP or SIGCONT to the postmaster and all its children; true
-/// if `kill` succeeded.
-fn signal_all(signal: &str) -> bool {
-    let pid = CLUSTER.get().and_then(Cluster::pid).expect("postmaster pid").to_string();
-    let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
-    let mut pids = vec![pid];
-    pids.extend(String::from_utf8_lossy(&children.stdout).split_whitespace().map(String::from));
-    Command::new("kill").arg(format!("-{signal}")).args(&pids).status().is_ok_and(|s| s.success())
-}
-
-/// The server stopped by SIGSTOP; sent SIGCONT when dropped, so that a
-/// failed assertion does not leave it paused under the tests that follow.
-struct Paused;
-
-impl Paused {
-    fn start() -> Self {
-        assert!(signal_all("STOP"), "SIGSTOP to the server");
-        Paused
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        // No second panic while unwinding from a failed assertion.
-        let resumed = signal_all("CONT");
-        assert!(resumed || std::thread::panicking(), "SIGCONT to the server");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_fall_back_to_memory_while_postgres_is_stopped_and_return_after() {
@@ -221,104 +162,4 @@ async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
     }
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
-}
-
-/// What memory admitted during an outage is written back when Postgres
-/// returns, for every algorithm: limit 5, 3 admitted from memory, then
-/// exactly 2 more from Postgres in the same window. (Windows of 366 days,
-/// so that no clock-aligned window ends during the test.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_returns() {
-    let _serial = SERIAL.lock().await;
-    let app = instance(&database().await, &[]).await;
-    let body =
-        |algorithm: &str| json!({ "key": algorithm, "limit": 5, "window": "366d", "algorithm": algorithm });
-    stop(StopMode::Fast).await;
-    for algorithm in ALGORITHMS {
-        for _ in 0..3 {
-            check(&app, body(algorithm)).await.assert_memory_admits();
-        }
-    }
-    restart().await;
-    wait_for_postgres(&app, Duration::from_secs(15)).await;
-    for algorithm in ALGORITHMS {
-        let mut admitted = 0;
-        for _ in 0..5 {
-            let reply = check(&app, body(algorithm)).await;
-            assert_eq!(reply.body["store"], "postgres", "{algorithm}: {}", reply.body);
-            admitted += u32::from(reply.status == StatusCode::OK);
-        }
-        assert_eq!(admitted, 2, "{algorithm}: 5 - 3 admitted from memory");
-    }
-}
-
-const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
-
-/// Three instances on one database, Postgres stopped, checks on one key
-/// spread over the three: with `fallback_share = "split"` (the default)
-/// each enforces ceil(limit / 3), so together they admit at most
-/// limit + N - 1; with "full" each enforces the whole limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn during_an_outage_instances_split_each_limit_between_them_unless_told_not_to() {
-    let _serial = SERIAL.lock().await;
-    let file = common::policy_file(
-        r#"
-        [policies.split]
-        identifiers = { user = "text" }
-        [[policies.split.buckets]]
-        name = "user"
-        on = ["user"]
-        limit = 7
-        window = "1h"
-
-        [policies.full]
-        fallback_share = "full"
-        identifiers = { user = "text" }
-        [[policies.full.buckets]]
-        name = "user"
-        on = ["user"]
-        limit = 7
-        window = "1h"
-        "#,
-    );
-    let url = database().await;
-    let policies = [("PGLIMIT_POLICIES", file.to_str().unwrap())];
-    let apps =
-        [instance(&url, &policies).await, instance(&url, &policies).await, instance(&url, &policies).await];
-    for app in &apps {
-        wait_for_instances(app, 3).await;
-    }
-    stop(StopMode::Fast).await;
-    for (policy, most) in [("split", 7 + 3 - 1), ("full", 3 * 7)] {
-        let body = json!({ "policy": policy, "identifiers": { "user": "u" } });
-        let mut admitted = 0;
-        for n in 0..30 {
-            let reply = check(&apps[n % 3], body.clone()).await;
-            assert_eq!(reply.body["store"], "memory", "{policy}: {}", reply.body);
-            admitted += u32::from(reply.status == StatusCode::OK);
-        }
-        let each = if policy == "split" { 7u32.div_ceil(3) } else { 7 };
-        assert_eq!(admitted, 3 * each, "{policy}: each instance enforces {each}");
-        assert!(admitted <= most, "{policy}: {admitted} admitted, at most {most}");
-    }
-    restart().await;
-    for app in &apps {
-        wait_for_postgres(app, Duration::from_secs(15)).await;
-    }
-    let _ = std::fs::remove_file(&file);
-}
-
-/// Waits until `app` reports, on `/readyz`, `n` instances sharing its
-/// database (each records itself every second).
-async fn wait_for_instances(app: &pglimit::AppState, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let request = axum::http::Request::get("/readyz").body(axum::body::Body::empty()).expect("request");
-        let reply = send(app, request).await;
-        if reply.body["instances"] == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never saw {n} instances: {}", reply.body);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -143,7 +143,7 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    common::wait_for_stored_count(&url, "drain", 101).await;
     let log = tokio::task::spawn_blocking(move || service.terminate()).await.unwrap();
     let mut answered = 0;
     for client in clients {

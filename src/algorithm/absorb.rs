@@ -8,6 +8,7 @@
 //! limits anything, so it is not carried over, and a bucket is never
 //! pushed past empty into debt.
 
+use super::windows::counts_at;
 use super::{Algorithm, Params, State};
 
 /// The shared state after adding `outage` to `stored` at `now_us`; `None`
@@ -40,16 +41,11 @@ fn fixed(limit: u64, stored: Option<&State>, outage: &State, now: i64) -> Option
 /// Windows are aligned on the clock, so both states' counts are read as
 /// this window's and the previous one's, and added.
 fn sliding(limit: u64, window: i64, stored: Option<&State>, outage: &State, now: i64) -> Option<State> {
-    let end = now.div_euclid(window) * window + window;
-    let split = |s: &State| match s.expires_us - window {
-        e if e == end => (s.count, s.prev),
-        e if e == end - window => (0, s.count),
-        _ => (0, 0),
-    };
-    let (count, prev) = split(outage);
-    let (shared_count, shared_prev) = stored.map_or((0, 0), split);
+    let start = now.div_euclid(window) * window;
+    let (count, prev) = counts_at(outage, window, start);
+    let (shared_count, shared_prev) = stored.map_or((0, 0), |s| counts_at(s, window, start));
     let (count, prev) = ((count + shared_count).min(limit), (prev + shared_prev).min(limit));
-    (count + prev > 0).then(|| State { count, prev, expires_us: end + window, ..State::default() })
+    (count + prev > 0).then(|| State { count, prev, expires_us: start + 2 * window, ..State::default() })
 }
 
 /// The union of both logs' entries still in the window, the newest `limit`.

@@ -24,11 +24,7 @@ pub(super) fn sliding(p: Params, stored: Option<&State>, cost: u64, now: i64, ad
     let (limit, window) = (p.limit, p.window_us);
     let start = now.div_euclid(window) * window;
     let end = start + window;
-    let (count, prev) = match stored {
-        Some(s) if s.expires_us - window == end => (s.count, s.prev),
-        Some(s) if s.expires_us - window == start => (0, s.count),
-        _ => (0, 0),
-    };
+    let (count, prev) = stored.map_or((0, 0), |s| counts_at(s, window, start));
     let weighted = weighted(prev, window, now - start);
     let allowed = weighted + count + cost <= limit;
     let count = if admit { count + cost } else { count };
@@ -46,6 +42,17 @@ pub(super) fn sliding(p: Params, stored: Option<&State>, cost: u64, now: i64, ad
         full_us,
         retry_us,
         next: State { count, prev, expires_us: end + window, ..State::default() },
+    }
+}
+
+/// A sliding window state's counts for the window starting at `start` and
+/// the one before it: a state is stamped with the end of its window plus one
+/// window, so it is this window's, the previous one's, or too old to count.
+pub(super) fn counts_at(s: &State, window: i64, start: i64) -> (u64, u64) {
+    match s.expires_us - window - start {
+        w if w == window => (s.count, s.prev),
+        0 => (0, s.count),
+        _ => (0, 0),
     }
 }
 

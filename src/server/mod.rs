@@ -76,7 +76,7 @@ async fn readyz(State(state): State<AppState>) -> Json<Value> {
     )
 }
 
-/// The OpenAPI 3.1 description of this API, kept true by `tests/openapi.rs`
+/// The OpenAPI 3.1 description of this API, kept true by `tests/api/openapi.rs`
 /// and by a schemathesis run against the live service (`faults/fuzz-api`).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 

@@ -160,9 +160,20 @@ pub trait Primary: Store {
     /// Succeeds once the store can answer checks again (and prepares it to).
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// How long the store has recently taken to answer a ping, at most.
+    fn recent_latency(&self) -> Duration;
+
     /// Adds what this instance admitted from memory during an outage to the
     /// shared state, bucket by bucket (see [`crate::algorithm::absorb`]).
-    fn absorb(&self, outage: Vec<Held>) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Part may be written before a failure: the error gives back the rest.
+    fn absorb(&self, outage: Vec<Held>) -> impl Future<Output = Result<(), Unabsorbed>> + Send;
+}
+
+/// What [`Primary::absorb`] did not write, and why.
+#[derive(Debug)]
+pub struct Unabsorbed {
+    pub error: StoreError,
+    pub left: Vec<Held>,
 }
 
 /// A bucket's state as the memory store holds it, with the parameters it

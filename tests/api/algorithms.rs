@@ -8,7 +8,7 @@ use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
+use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -213,27 +213,32 @@ async fn sliding_log_limits_above_the_bound_are_refused_with_a_reason() {
     assert_eq!(reply.body["field"], "algorithm");
 }
 
+/// Both rows are written as of 10 ms after a clock-aligned boundary (the
+/// store takes a clock for replays), so their lifetimes are known exactly:
+/// each cleanup runs 100 ms after one row's end and, for the first, almost
+/// a whole window before the other's, whenever the writes really happened.
 #[tokio::test]
 async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let pg = crate::common::pg_store(&fresh_database().await).await;
-    let window = Duration::from_millis(400);
-    let sliding = spec(1, Algorithm::SlidingWindow, 10, 400);
-    let fixed = spec(2, Algorithm::FixedWindow, 10, 400);
-    // Sliding windows are aligned on the clock: start just after a boundary,
-    // so the sliding row (alive until the end of the next window) outlives
-    // the fixed one (alive one window from now) by most of a window.
-    let into_window = Utc::now().timestamp_millis().rem_euclid(400) as u64;
-    tokio::time::sleep(Duration::from_millis(400 - into_window + 10)).await;
+    let window_ms = 2_000;
+    let window = TimeDelta::milliseconds(window_ms as i64);
+    let sliding = spec(1, Algorithm::SlidingWindow, 10, window_ms);
+    let fixed = spec(2, Algorithm::FixedWindow, 10, window_ms);
+    let now = Utc::now();
+    let boundary =
+        now - TimeDelta::milliseconds(now.timestamp_millis().rem_euclid(window_ms as i64)) + window;
+    let at = boundary + TimeDelta::milliseconds(10);
     for s in [&sliding, &fixed] {
         let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse };
-        pg.check(&batch).await.unwrap();
+        pg.check_as_of(&batch, at).await.expect("postgres answers");
     }
-    // After one window the fixed row is dead but the sliding row still
-    // weighs in as the previous window.
-    tokio::time::sleep(window + Duration::from_millis(50)).await;
-    assert_eq!(pg.cleanup().await.unwrap(), 1);
-    tokio::time::sleep(window * 2).await;
-    assert_eq!(pg.cleanup().await.unwrap(), 1);
+    let until = |t: DateTime<Utc>| (t - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100);
+    // The fixed row lives one window from its check; the sliding row to the
+    // end of the next aligned window, where it still weighs as the previous one.
+    tokio::time::sleep(until(at + window)).await;
+    assert_eq!(pg.cleanup().await.expect("cleanup"), 1, "the fixed row is gone, the sliding row stays");
+    tokio::time::sleep(until(boundary + window * 2)).await;
+    assert_eq!(pg.cleanup().await.expect("cleanup"), 1, "then the sliding row goes too");
 }
 
 /// `Algorithm::code` and `pglimit_decide` agree on which code is which

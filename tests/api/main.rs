@@ -13,3 +13,4 @@ mod errors;
 mod openapi;
 mod policies;
 mod properties;
+mod stalls;

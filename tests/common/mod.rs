@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+pub mod stoppable;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -79,14 +80,28 @@ pub fn adhoc_key(name: &str) -> pglimit::storage::Key {
 
 /// The count Postgres holds for the fixed-window ad hoc key `name`.
 pub async fn stored_count(url: &str, name: &str) -> u64 {
+    counted(url, name).await.unwrap_or_else(|| panic!("no bucket for {name}"))
+}
+
+/// The count for `name`, or `None` before its first check.
+async fn counted(url: &str, name: &str) -> Option<u64> {
     let pool = sqlx::PgPool::connect(url).await.expect("connect");
-    let (counted,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+    let counted: Option<(i64,)> = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
         .bind(adhoc_key(name).as_slice())
-        .fetch_one(&pool)
+        .fetch_optional(&pool)
         .await
         .unwrap_or_else(|e| panic!("the bucket of {name}: {e}"));
     pool.close().await;
-    counted as u64
+    counted.map(|(n,)| n as u64)
+}
+
+/// Waits until Postgres holds `count` for the ad hoc key `name`.
+pub async fn wait_for_stored_count(url: &str, name: &str, count: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while counted(url, name).await.unwrap_or(0) < count {
+        assert!(std::time::Instant::now() < deadline, "{name} never reached {count}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Writes `toml` to a policy file of its own, for `PGLIMIT_POLICIES`.

@@ -2,16 +2,16 @@
 //!
 //! A check that has waited a whole timeout with no call of this instance
 //! completing asks Postgres directly, on a connection kept open for the
-//! purpose (opening one is itself slow on a busy machine). How long that
-//! ping may take adapts to what has been seen: the latency of recent calls
-//! (a busy database answers, slowly), and how late this process's own timer
-//! fired (a starved process hears answers late). On a quiet instance both
-//! are small and a dead server is declared gone after about two timeouts.
+//! purpose. How long that ping may take adapts to what has been seen: the
+//! slowest recent ping (a busy database answers, slowly), and how late this
+//! process's own timer fired (a starved process hears answers late). On a
+//! quiet instance both are small and a dead server is declared gone after
+//! about two timeouts.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// A ping is given this many times the recent latency...
+/// A ping is given this many times the recent ping latency...
 const LATENCY_FACTOR: u32 = 4;
 /// ...but never more than this many timeouts, so that a server that stops
 /// answering under load is still declared gone within a bounded time.
@@ -22,8 +22,6 @@ pub(super) struct Detector {
     epoch: Instant,
     /// Milliseconds since `epoch` when a primary call last completed.
     last_progress_ms: AtomicU64,
-    /// A decaying maximum of recent call latencies, in µs.
-    recent_us: AtomicU64,
     /// One liveness ping at a time, however many checks are waiting.
     pinging: AtomicBool,
 }
@@ -39,28 +37,17 @@ impl Drop for Asking<'_> {
 
 impl Detector {
     pub fn new(timeout: Duration) -> Self {
-        Self {
-            timeout,
-            epoch: Instant::now(),
-            last_progress_ms: AtomicU64::new(0),
-            recent_us: AtomicU64::new(0),
-            pinging: AtomicBool::new(false),
-        }
+        let (last_progress_ms, pinging) = (AtomicU64::new(0), AtomicBool::new(false));
+        Self { timeout, epoch: Instant::now(), last_progress_ms, pinging }
     }
 
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// A call completed after `latency`.
-    pub fn progressed(&self, latency: Duration) {
+    /// A call to the primary completed.
+    pub fn progressed(&self) {
         self.last_progress_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
-        let sample = latency.as_micros().min(u128::from(u64::MAX)) as u64;
-        // Each sample decays the old maximum by an eighth: a burst of slow
-        // calls widens the budget, a run of fast ones narrows it again.
-        let _ = self
-            .recent_us
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| Some(sample.max(old - old / 8)));
     }
 
     /// Whether a call completed at or after `since_ms`.
@@ -73,10 +60,10 @@ impl Detector {
         (!self.pinging.swap(true, Ordering::AcqRel)).then_some(Asking(&self.pinging))
     }
 
-    /// How long a ping may take: the timeout, widened by the recent latency
-    /// and by `lag` (how late this process's timer fired), within bounds.
-    pub fn ping_budget(&self, lag: Duration) -> Duration {
-        let recent = Duration::from_micros(self.recent_us.load(Ordering::Acquire));
+    /// How long a ping may take: the timeout, widened by `recent` (the
+    /// slowest recent ping) and by `lag` (how late this process's timer
+    /// fired), within bounds.
+    pub fn ping_budget(&self, recent: Duration, lag: Duration) -> Duration {
         let widened = self.timeout.max(recent * LATENCY_FACTOR).max(lag * 2);
         widened.min(self.timeout * MAX_BUDGET_FACTOR)
     }
@@ -87,32 +74,28 @@ mod tests {
     use super::*;
 
     const T: Duration = Duration::from_millis(100);
+    const MS: Duration = Duration::from_millis(1);
 
     #[test]
     fn on_a_quiet_instance_a_ping_gets_one_timeout() {
-        let detector = Detector::new(T);
-        detector.progressed(Duration::from_millis(1));
-        assert_eq!(detector.ping_budget(Duration::ZERO), T);
+        assert_eq!(Detector::new(T).ping_budget(MS, Duration::ZERO), T);
     }
 
     #[test]
-    fn slow_calls_and_a_late_timer_widen_the_budget_within_bounds() {
+    fn slow_pings_and_a_late_timer_widen_the_budget_within_bounds() {
         let detector = Detector::new(T);
-        detector.progressed(Duration::from_millis(60));
-        assert_eq!(detector.ping_budget(Duration::ZERO), Duration::from_millis(240));
-        assert_eq!(detector.ping_budget(Duration::from_millis(150)), Duration::from_millis(300));
-        detector.progressed(Duration::from_secs(5));
-        assert_eq!(detector.ping_budget(Duration::ZERO), T * MAX_BUDGET_FACTOR);
+        assert_eq!(detector.ping_budget(MS * 60, Duration::ZERO), MS * 240);
+        assert_eq!(detector.ping_budget(MS, MS * 150), MS * 300);
+        assert_eq!(detector.ping_budget(Duration::from_secs(5), Duration::ZERO), T * MAX_BUDGET_FACTOR);
     }
 
     #[test]
-    fn fast_calls_narrow_the_budget_again() {
+    fn progress_is_seen_by_checks_waiting_since_before_it() {
         let detector = Detector::new(T);
-        detector.progressed(Duration::from_millis(80));
-        for _ in 0..40 {
-            detector.progressed(Duration::from_millis(1));
-        }
-        assert_eq!(detector.ping_budget(Duration::ZERO), T);
+        let since = detector.now_ms();
+        assert!(!detector.progressed_since(since + 1));
+        detector.progressed();
+        assert!(detector.progressed_since(since));
     }
 
     #[test]

@@ -15,13 +15,15 @@
 //! server, so it keeps waiting (answering it from memory would admit past
 //! the shared limit), up to [`longest_wait`]. A check that fails alone (a
 //! lock timeout, say) is answered from memory without tripping the
-//! instance. In memory, each bucket enforces the whole limit or this
-//! instance's share of it, as the check's [`MemoryFallback`] says.
+//! instance; it is not written back (its row is the one that failed), so
+//! it counts only in this instance's memory. In memory, each bucket
+//! enforces the whole limit or this instance's share of it, as the check's
+//! [`MemoryFallback`] says.
 
 mod detector;
 mod recovery;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,11 +31,10 @@ use chrono::Utc;
 
 use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Store, StoreError};
 use detector::Detector;
+use recovery::Throttle;
 
 /// How many `timeout`s a check may wait while the primary is making progress.
 const OVERLOAD_FACTOR: u32 = 20;
-/// At most one "refused one check" warning per this period.
-const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The longest a check waits for the primary while it makes progress:
 /// server-side limits must end before this, or a statement could commit a
@@ -53,8 +54,9 @@ struct Inner<P> {
     probe_every: Duration,
     degraded: AtomicBool,
     detector: Detector,
-    epoch: Instant,
-    next_warn_ms: AtomicU64,
+    /// One background write-back at a time.
+    flushing: AtomicBool,
+    refused: Throttle,
 }
 
 impl<P> Clone for FallbackStore<P> {
@@ -74,8 +76,8 @@ impl<P: Primary> FallbackStore<P> {
             probe_every,
             degraded: AtomicBool::new(false),
             detector: Detector::new(timeout),
-            epoch: Instant::now(),
-            next_warn_ms: AtomicU64::new(0),
+            flushing: AtomicBool::new(false),
+            refused: Throttle::new(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -83,21 +85,28 @@ impl<P: Primary> FallbackStore<P> {
     async fn try_primary(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         let call = self.inner.primary.check(batch);
         tokio::pin!(call);
-        let (started, timeout) = (Instant::now(), self.inner.timeout);
-        let give_up = started + longest_wait(timeout);
+        let (timeout, detector) = (self.inner.timeout, &self.inner.detector);
+        let give_up = Instant::now() + longest_wait(timeout);
         loop {
-            let (since, round) = (self.inner.detector.now_ms(), Instant::now());
+            let (since, round) = (detector.now_ms(), Instant::now());
             if let Ok(result) = tokio::time::timeout(timeout, &mut call).await {
-                if result.is_ok() {
-                    self.inner.detector.progressed(started.elapsed());
-                }
-                return result;
+                return self.heard(result);
             }
             // How late the timer fired: this process's own stall, not Postgres's.
             let lag = round.elapsed().saturating_sub(timeout);
-            let progressing = self.inner.detector.progressed_since(since);
-            if self.is_degraded() || (!progressing && !self.answers_a_ping(lag).await) {
-                return Err(StoreError::Unreachable(format!("no answer from postgres for {timeout:?}")));
+            if !self.is_degraded() && !detector.progressed_since(since) {
+                // The check's own answer may come while the ping is out.
+                tokio::select! {
+                    result = &mut call => return self.heard(result),
+                    alive = self.answers_a_ping(lag) => {
+                        if !alive && !detector.progressed_since(since) {
+                            return Err(unreachable(timeout));
+                        }
+                    }
+                }
+            }
+            if self.is_degraded() {
+                return Err(unreachable(timeout));
             }
             if Instant::now() >= give_up {
                 return Err(StoreError::Failed(
@@ -105,6 +114,13 @@ impl<P: Primary> FallbackStore<P> {
                 ));
             }
         }
+    }
+
+    fn heard(&self, result: Result<Answer, StoreError>) -> Result<Answer, StoreError> {
+        if result.is_ok() {
+            self.inner.detector.progressed();
+        }
+        result
     }
 
     /// Nothing has completed for a whole timeout: on a quiet instance that
@@ -116,10 +132,10 @@ impl<P: Primary> FallbackStore<P> {
         let Some(_asking) = detector.start_ping() else {
             return true; // someone is asking; decide on the next round
         };
-        let (sent, budget) = (Instant::now(), detector.ping_budget(lag));
+        let budget = detector.ping_budget(self.inner.primary.recent_latency(), lag);
         let alive = self.inner.primary.ping(budget).await.is_ok();
         if alive {
-            detector.progressed(sent.elapsed());
+            detector.progressed();
         }
         alive
     }
@@ -129,21 +145,8 @@ impl<P: Primary> FallbackStore<P> {
             return;
         }
         let instances = self.instances();
-        tracing::warn!(%error, instances, "postgres unreachable: serving from per-instance memory until it returns");
+        tracing::warn!(%error, instances, "postgres unreachable: answering as each policy says (memory by default, at this instance's share) until it returns");
         tokio::spawn(self.clone().recover());
-    }
-
-    /// Warns about a check the primary refused, at most once per [`WARN_EVERY`].
-    fn warn_refused(&self, error: &StoreError) {
-        let now = self.inner.epoch.elapsed().as_millis() as u64;
-        let next = self.inner.next_warn_ms.load(Ordering::Acquire);
-        let period = WARN_EVERY.as_millis() as u64;
-        let swapped = || {
-            self.inner.next_warn_ms.compare_exchange(next, now + period, Ordering::AcqRel, Ordering::Relaxed)
-        };
-        if now >= next && swapped().is_ok() {
-            tracing::warn!(%error, "postgres refused a check: answered from memory (at most one such line per 10 s)");
-        }
     }
 
     fn fall_back(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
@@ -158,16 +161,28 @@ impl<P: Primary> FallbackStore<P> {
     }
 }
 
+fn unreachable(timeout: Duration) -> StoreError {
+    StoreError::Unreachable(format!("no answer from postgres for {timeout:?}"))
+}
+
 impl<P: Primary> Store for FallbackStore<P> {
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        if !self.is_degraded() {
-            match self.try_primary(batch).await {
-                Ok(answer) => return Ok(answer),
-                Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
-                Err(error) => self.warn_refused(&error),
+        if self.is_degraded() {
+            return self.fall_back(batch);
+        }
+        match self.try_primary(batch).await {
+            Ok(answer) => Ok(answer),
+            Err(error @ StoreError::Unreachable(_)) => {
+                self.trip(&error);
+                self.fall_back(batch)
+            }
+            Err(error) => {
+                if self.inner.refused.ready() {
+                    tracing::warn!(%error, "postgres refused a check: answered as its policy says for an unreachable store (at most one such line per {:?})", recovery::WARN_EVERY);
+                }
+                self.fall_back(batch)
             }
         }
-        self.fall_back(batch)
     }
 
     fn is_degraded(&self) -> bool {

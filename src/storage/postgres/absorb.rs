@@ -7,10 +7,12 @@
 //! our read and our write.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
 use sqlx::Connection;
 
+use super::session::timed_out;
 use crate::algorithm::{absorb, State};
 use crate::storage::{Held, Key};
 
@@ -38,23 +40,41 @@ WHERE t.key = s.key";
 
 type Row = (Vec<u8>, i64, i64, i64, i64, Vec<i64>, i64);
 
-/// Folds every held state into its row.
-pub(super) async fn absorb_all(conn: &mut PgConnection, outage: &[Held]) -> Result<(), sqlx::Error> {
-    for chunk in outage.chunks(CHUNK) {
-        let mut tx = conn.begin().await?;
-        let keys: Vec<&[u8]> = chunk.iter().map(|h| &h.key[..]).collect();
-        sqlx::query(LOCK).bind(&keys).execute(&mut *tx).await?;
-        let rows: Vec<Row> = sqlx::query_as(READ).bind(&keys).fetch_all(&mut *tx).await?;
-        let now_us = rows.first().map_or(0, |r| r.6);
-        let stored: HashMap<Key, State> = rows.into_iter().filter_map(state_of).collect();
-        let merged: Vec<(&Key, State)> = chunk
-            .iter()
-            .filter_map(|h| absorb(h.params, stored.get(&h.key), &h.state, now_us).map(|s| (&h.key, s)))
-            .collect();
-        write(&mut tx, &merged).await?;
-        tx.commit().await?;
+/// Folds every held state into its row, a chunk per transaction, each
+/// within `budget`; on failure, returns what was not written.
+pub(super) async fn absorb_all(
+    conn: &mut PgConnection,
+    mut outage: Vec<Held>,
+    budget: Duration,
+) -> Result<(), (sqlx::Error, Vec<Held>)> {
+    while !outage.is_empty() {
+        let rest = outage.split_off(outage.len().min(CHUNK));
+        let written = match tokio::time::timeout(budget, absorb_chunk(conn, &outage)).await {
+            Ok(written) => written,
+            Err(_) => Err(timed_out("writing back what memory admitted")),
+        };
+        if let Err(e) = written {
+            outage.extend(rest);
+            return Err((e, outage));
+        }
+        outage = rest;
     }
     Ok(())
+}
+
+async fn absorb_chunk(conn: &mut PgConnection, chunk: &[Held]) -> Result<(), sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let keys: Vec<&[u8]> = chunk.iter().map(|h| &h.key[..]).collect();
+    sqlx::query(LOCK).bind(&keys).execute(&mut *tx).await?;
+    let rows: Vec<Row> = sqlx::query_as(READ).bind(&keys).fetch_all(&mut *tx).await?;
+    let now_us = rows.first().map_or(0, |r| r.6);
+    let stored: HashMap<Key, State> = rows.into_iter().filter_map(state_of).collect();
+    let merged: Vec<(&Key, State)> = chunk
+        .iter()
+        .filter_map(|h| absorb(h.params, stored.get(&h.key), &h.state, now_us).map(|s| (&h.key, s)))
+        .collect();
+    write(&mut tx, &merged).await?;
+    tx.commit().await
 }
 
 fn state_of((key, count, prev, expires_us, tat_us, log, _): Row) -> Option<(Key, State)> {

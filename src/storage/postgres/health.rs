@@ -1,18 +1,20 @@
 //! A connection kept open for liveness pings, and the heartbeat.
 //!
-//! A ping on an open connection answers in one round trip however busy
-//! the machine is; opening a fresh one takes several, plus a backend's
-//! start-up, and was often slower than a short timeout on a loaded host.
-//! The connection serves pings only, so a ping never queues behind a write.
+//! A ping on an open connection costs one round trip however busy the host
+//! is; opening one costs several, plus a backend's start-up, which on a
+//! loaded host can take longer than a short timeout. The connection serves
+//! pings only, so a ping never queues behind a write, and the heartbeat
+//! pings it every second, so that it is known good (or reopened) before a
+//! check needs it, and so that the recent ping latency is known.
 //!
-//! Every [`BEAT_EVERY`], each instance records itself in `pglimit_instances`
-//! and counts the instances seen within [`ALIVE_FOR`], so that when Postgres
-//! becomes unreachable it knows how many were sharing it. The heartbeat
-//! task owns a connection of its own.
+//! Every [`BEAT_EVERY`], each instance also records itself in
+//! `pglimit_instances` (on a connection of the heartbeat's own) and counts
+//! the instances seen within [`ALIVE_FOR`], so that when Postgres becomes
+//! unreachable it knows how many were sharing it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
@@ -24,6 +26,8 @@ use crate::storage::StoreError;
 pub const BEAT_EVERY: Duration = Duration::from_secs(1);
 /// An instance not seen for this long no longer counts as sharing the database.
 pub const ALIVE_FOR: Duration = Duration::from_secs(5);
+/// The recent latency is the slowest ping of the last one to two of these.
+const LATENCY_SPAN: Duration = Duration::from_secs(10);
 
 /// Records this instance, forgets instances gone for a day, and counts the
 /// others seen within `$2` milliseconds (the insert is not visible to the
@@ -44,12 +48,14 @@ pub(super) struct Health {
     /// whose call failed or timed out is in an unknown state.
     conn: Mutex<Option<PgConnection>>,
     instances: AtomicU64,
+    latency: Latency,
 }
 
 impl Health {
     /// `conn` is the first health connection, opened with the lanes.
     pub fn new(conn: PgConnection) -> Self {
-        Self { id: rand::random(), conn: Mutex::new(Some(conn)), instances: AtomicU64::new(1) }
+        let (id, conn) = (rand::random(), Mutex::new(Some(conn)));
+        Self { id, conn, instances: AtomicU64::new(1), latency: Latency::new() }
     }
 
     /// Instances sharing the database at the last heartbeat, this one included.
@@ -57,17 +63,26 @@ impl Health {
         self.instances.load(Ordering::Acquire).max(1)
     }
 
-    /// `SELECT 1` on the health connection (opened if there is none).
+    /// The slowest ping of the last [`LATENCY_SPAN`] or so.
+    pub fn recent_latency(&self) -> Duration {
+        self.latency.recent()
+    }
+
+    /// `SELECT 1` on the health connection within `budget`. If the kept
+    /// connection fails (it may have been closed while idle), one fresh
+    /// connection is tried in what is left of the budget.
     pub async fn ping(&self, session: &Session, budget: Duration) -> Result<(), StoreError> {
         let ping = async {
             let mut slot = self.conn.lock().await;
-            // Taken out while in use: if this is cut short, it is not put back.
-            let mut conn = match slot.take() {
-                Some(conn) => conn,
-                None => session.open().await?,
-            };
-            sqlx::query("SELECT 1").execute(&mut conn).await?;
-            *slot = Some(conn);
+            if let Some(mut kept) = slot.take() {
+                if self.select_one(&mut kept).await.is_ok() {
+                    *slot = Some(kept);
+                    return Ok(());
+                }
+            }
+            let mut fresh = session.open().await?;
+            self.select_one(&mut fresh).await?;
+            *slot = Some(fresh);
             Ok(())
         };
         match tokio::time::timeout(budget, ping).await {
@@ -76,12 +91,19 @@ impl Health {
         }
     }
 
+    async fn select_one(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let sent = Instant::now();
+        sqlx::query("SELECT 1").execute(conn).await?;
+        self.latency.observe(sent.elapsed());
+        Ok(())
+    }
+
     /// Installs a connection known to work (a successful probe's).
     pub async fn install(&self, conn: PgConnection) {
         *self.conn.lock().await = Some(conn);
     }
 
-    /// Beats until the store is dropped.
+    /// Beats, and keeps the health connection warm, until the store is dropped.
     pub fn spawn_heartbeat(self: &Arc<Self>, session: Arc<Session>) {
         let health: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -91,11 +113,14 @@ impl Health {
             loop {
                 every.tick().await;
                 let Some(health) = health.upgrade() else { return };
-                match tokio::time::timeout(session.hard_limit(), health.beat(&session, &mut conn)).await {
+                // A beat slower than this is no use: the others stop counting
+                // this instance after ALIVE_FOR anyway.
+                match tokio::time::timeout(BEAT_EVERY * 2, health.beat(&session, &mut conn)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat failed"),
                     Err(_) => conn = None, // its state is unknown: start afresh
                 }
+                let _ = health.ping(&session, BEAT_EVERY).await;
             }
         });
     }
@@ -110,5 +135,46 @@ impl Health {
         let (others,) = beat.inspect_err(|_| *slot = None)?;
         self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
         Ok(())
+    }
+}
+
+/// A maximum that forgets: the slowest sample of the current span and of
+/// the one before, so one slow moment widens ping budgets for at most two
+/// spans, whatever the traffic.
+struct Latency {
+    epoch: Instant,
+    /// Span number, and the slowest sample in it and in the one before, in µs.
+    spans: std::sync::Mutex<(u64, u64, u64)>,
+}
+
+impl Latency {
+    fn new() -> Self {
+        Self { epoch: Instant::now(), spans: std::sync::Mutex::new((0, 0, 0)) }
+    }
+
+    fn span_now(&self) -> u64 {
+        (self.epoch.elapsed().as_millis() / LATENCY_SPAN.as_millis()) as u64
+    }
+
+    /// The spans as of `now`: older ones forgotten.
+    fn rolled(spans: (u64, u64, u64), now: u64) -> (u64, u64, u64) {
+        match now.saturating_sub(spans.0) {
+            0 => spans,
+            1 => (now, spans.2, 0),
+            _ => (now, 0, 0),
+        }
+    }
+
+    fn observe(&self, sample: Duration) {
+        let mut spans = self.spans.lock().unwrap_or_else(|e| e.into_inner());
+        let (span, previous, current) = Self::rolled(*spans, self.span_now());
+        let sample = sample.as_micros().min(u128::from(u64::MAX)) as u64;
+        *spans = (span, previous, current.max(sample));
+    }
+
+    fn recent(&self) -> Duration {
+        let spans = *self.spans.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, previous, current) = Self::rolled(spans, self.span_now());
+        Duration::from_micros(previous.max(current))
     }
 }

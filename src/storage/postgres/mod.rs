@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Answer, CheckBatch, Held, Primary, Store, StoreError};
+use super::{Answer, CheckBatch, Held, Primary, Store, StoreError, Unabsorbed};
 use cleanup::Cleanup;
 use health::Health;
 use lane::{lane, Busy, Job};
@@ -173,10 +173,19 @@ impl Primary for PgStore {
         Ok(())
     }
 
-    async fn absorb(&self, outage: Vec<Held>) -> Result<(), StoreError> {
-        let mut conn = self.session.open().await.map_err(classify)?;
-        let result = absorb::absorb_all(&mut conn, &outage).await.map_err(classify);
+    fn recent_latency(&self) -> Duration {
+        self.health.recent_latency()
+    }
+
+    /// On a connection of its own, closed after, so that a chunk cut short
+    /// leaves no transaction behind.
+    async fn absorb(&self, outage: Vec<Held>) -> Result<(), Unabsorbed> {
+        let mut conn = match self.session.open().await {
+            Ok(conn) => conn,
+            Err(e) => return Err(Unabsorbed { error: classify(e), left: outage }),
+        };
+        let result = absorb::absorb_all(&mut conn, outage, self.session.hard_limit()).await;
         let _ = conn.close().await;
-        result
+        result.map_err(|(e, left)| Unabsorbed { error: classify(e), left })
     }
 }

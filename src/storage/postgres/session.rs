@@ -54,9 +54,25 @@ impl Session {
     /// Applies the migrations and the configured table persistence.
     pub async fn prepare(&self, unlogged: bool) -> Result<(), sqlx::Error> {
         let mut conn = self.open().await?;
-        sqlx::migrate!("./migrations").run(&mut conn).await?;
+        sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
         set_persistence(&mut conn, unlogged).await?;
         conn.close().await
+    }
+}
+
+/// A database set up by a build from before the schema was squashed into one
+/// file (pre-release) has migrations this build does not know: say what to do.
+fn explain_migration(e: sqlx::migrate::MigrateError) -> sqlx::Error {
+    match e {
+        sqlx::migrate::MigrateError::VersionMissing(version) => sqlx::Error::Configuration(
+            format!(
+                "this database was set up by a pre-release pglimit (migration {version}, since squashed): \
+                 drop its tables pglimit_buckets, pglimit_instances and _sqlx_migrations, or, for the \
+                 private cluster, delete its data directory (PGLIMIT_DATA_DIR, default .pglimit)"
+            )
+            .into(),
+        ),
+        other => other.into(),
     }
 }
 

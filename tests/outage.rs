@@ -1,0 +1,134 @@
+//! An outage seen by several instances: each keeps to its share of a limit
+//! in memory, and what memory admitted is written back when Postgres returns.
+//!
+//! This binary starts a cluster of its own, because it stops it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::stoppable::{database, restart, stop, SERIAL};
+use common::{check, instance, send, wait_for_postgres};
+use pglimit::algorithm::Algorithm;
+use pglimit::pg_cluster::StopMode;
+use serde_json::json;
+
+/// What memory admitted during an outage is written back when Postgres
+/// returns, for every algorithm: limit 5, 3 admitted from memory, then
+/// exactly 2 more from Postgres in the same window. (Windows of 366 days,
+/// so that no clock-aligned window ends during the test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_returns() {
+    let _serial = SERIAL.lock().await;
+    let app = instance(&database().await, &[]).await;
+    let body = |algorithm: Algorithm| json!({ "key": algorithm.name(), "limit": 5, "window": "366d", "algorithm": algorithm.name() });
+    stop(StopMode::Fast).await;
+    for algorithm in Algorithm::ALL {
+        for _ in 0..3 {
+            check(&app, body(algorithm)).await.assert_memory_admits();
+        }
+    }
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    for algorithm in Algorithm::ALL {
+        let mut admitted = 0;
+        for _ in 0..5 {
+            let reply = check(&app, body(algorithm)).await;
+            assert_eq!(reply.body["store"], "postgres", "{algorithm:?}: {}", reply.body);
+            admitted += u32::from(reply.status == StatusCode::OK);
+        }
+        assert_eq!(admitted, 2, "{algorithm:?}: 5 - 3 admitted from memory");
+    }
+}
+
+/// Three instances on one database, Postgres stopped, checks on one key
+/// spread over the three: with `fallback_share = "split"` (the default)
+/// each enforces ceil(limit / 3), so together they admit at most
+/// limit + N - 1; with "full" each enforces the whole limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_outage_instances_split_each_limit_between_them_unless_told_not_to() {
+    let _serial = SERIAL.lock().await;
+    let file = common::policy_file(
+        r#"
+        [policies.split]
+        identifiers = { user = "text" }
+        [[policies.split.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 7
+        window = "1h"
+
+        [policies.token]
+        identifiers = { user = "text" }
+        [[policies.token.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 9
+        window = "366d"
+        algorithm = "token_bucket"
+
+        [policies.full]
+        fallback_share = "full"
+        identifiers = { user = "text" }
+        [[policies.full.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 7
+        window = "1h"
+        "#,
+    );
+    let url = database().await;
+    let policies = [("PGLIMIT_POLICIES", file.to_str().unwrap())];
+    let apps =
+        [instance(&url, &policies).await, instance(&url, &policies).await, instance(&url, &policies).await];
+    for app in &apps {
+        wait_for_instances(app, 3).await;
+    }
+    stop(StopMode::Fast).await;
+    for (policy, most) in [("split", 7 + 3 - 1), ("full", 3 * 7)] {
+        let body = json!({ "policy": policy, "identifiers": { "user": "u" } });
+        let mut admitted = 0;
+        for n in 0..30 {
+            let reply = check(&apps[n % 3], body.clone()).await;
+            assert_eq!(reply.body["store"], "memory", "{policy}: {}", reply.body);
+            admitted += u32::from(reply.status == StatusCode::OK);
+        }
+        let each = if policy == "split" { 7u32.div_ceil(3) } else { 7 };
+        assert_eq!(admitted, 3 * each, "{policy}: each instance enforces {each}");
+        assert!(admitted <= most, "{policy}: {admitted} admitted, at most limit + N - 1 = {most}");
+    }
+    // One token taken on each instance, at its share (ceil(9 / 3) = 3)...
+    let token = json!({ "policy": "token", "identifiers": { "user": "u" } });
+    for app in &apps {
+        check(app, token.clone()).await.assert_memory_admits();
+    }
+    restart().await;
+    for app in &apps {
+        wait_for_postgres(app, Duration::from_secs(15)).await;
+    }
+    // ...is written back as one of the 9 shared tokens, not one of 3: 6 left.
+    let mut admitted = 0;
+    for n in 0..9 {
+        let reply = check(&apps[n % 3], token.clone()).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+        admitted += u32::from(reply.status == StatusCode::OK);
+    }
+    assert_eq!(admitted, 6, "9 tokens, 3 taken from memory during the outage");
+    let _ = std::fs::remove_file(&file);
+}
+
+/// Waits until `app` reports, on `/readyz`, `n` instances sharing its
+/// database (each records itself every second).
+async fn wait_for_instances(app: &pglimit::AppState, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let request = axum::http::Request::get("/readyz").body(axum::body::Body::empty()).expect("request");
+        let reply = send(app, request).await;
+        if reply.body["instances"] == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never saw {n} instances: {}", reply.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
