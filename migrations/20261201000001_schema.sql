@@ -217,7 +217,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN j IS NULL OR jsonb_typeof(j) <> 'array' THEN NULL
             ELSE ARRAY(SELECT e::bigint FROM jsonb_array_elements_text(j) AS e) END;
 
--- One row per running service instance, refreshed every second, so that an
+-- One row per running service instance, refreshed every 2 s, so that an
 -- instance that loses Postgres knows how many were sharing it and can keep
 -- to its share of each limit from memory.
 CREATE TABLE pglimit_instances (

@@ -4,8 +4,10 @@
 //! is; opening one costs several, plus a backend's start-up, which on a
 //! loaded host can take longer than a short timeout. The connection serves
 //! pings only, so a ping never queues behind a write, and the heartbeat
-//! pings it every second, so that it is known good (or reopened) before a
-//! check needs it, and so that the recent ping latency is known.
+//! pings it every [`WARM_EVERY`], so that it is known good (or reopened)
+//! before a check needs it, and so that the recent ping latency is known.
+//! Both are kept rare: on a host where Postgres shares the cores with the
+//! service, each wake-up of a backend costs the service a time slice.
 //!
 //! Every [`BEAT_EVERY`], each instance also records itself in
 //! `pglimit_instances` (on a connection of the heartbeat's own) and counts
@@ -23,11 +25,14 @@ use super::session::{classify, timed_out, Session};
 use crate::storage::StoreError;
 
 /// How often an instance records itself.
-pub const BEAT_EVERY: Duration = Duration::from_secs(1);
-/// An instance not seen for this long no longer counts as sharing the database.
-pub const ALIVE_FOR: Duration = Duration::from_secs(5);
+pub const BEAT_EVERY: Duration = Duration::from_secs(2);
+/// An instance not seen for this long (five beats) no longer counts as
+/// sharing the database.
+pub const ALIVE_FOR: Duration = Duration::from_secs(10);
+/// How often the heartbeat pings the health connection.
+const WARM_EVERY: u32 = 5;
 /// The recent latency is the slowest ping of the last one to two of these.
-const LATENCY_SPAN: Duration = Duration::from_secs(10);
+const LATENCY_SPAN: Duration = Duration::from_secs(30);
 
 /// Records this instance, forgets instances gone for a day, and counts the
 /// others seen within `$2` milliseconds (the insert is not visible to the
@@ -109,9 +114,10 @@ impl Health {
         tokio::spawn(async move {
             let mut every = tokio::time::interval(BEAT_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut conn = None;
+            let (mut conn, mut beat) = (None, 0u32);
             loop {
                 every.tick().await;
+                beat = beat.wrapping_add(1);
                 let Some(health) = health.upgrade() else { return };
                 // A beat slower than this is no use: the others stop counting
                 // this instance after ALIVE_FOR anyway.
@@ -120,7 +126,9 @@ impl Health {
                     Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat failed"),
                     Err(_) => conn = None, // its state is unknown: start afresh
                 }
-                let _ = health.ping(&session, BEAT_EVERY).await;
+                if beat % WARM_EVERY == 1 {
+                    let _ = health.ping(&session, BEAT_EVERY).await;
+                }
             }
         });
     }
