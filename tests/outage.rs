@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use common::stoppable::{database, restart, stop, SERIAL};
-use common::{check, instance, send, wait_for_postgres};
+use common::{check, instance, readyz, wait_for_postgres};
 use pglimit::algorithm::Algorithm;
 use pglimit::pg_cluster::StopMode;
 use serde_json::json;
@@ -119,16 +119,15 @@ async fn during_an_outage_instances_split_each_limit_between_them_unless_told_no
 }
 
 /// Waits until `app` reports, on `/readyz`, `n` instances sharing its
-/// database (each records itself every second).
+/// database (each records itself every 2 s).
 async fn wait_for_instances(app: &pglimit::AppState, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let request = axum::http::Request::get("/readyz").body(axum::body::Body::empty()).expect("request");
-        let reply = send(app, request).await;
-        if reply.body["instances"] == n {
+        let body = readyz(app).await;
+        if body["instances"] == n {
             return;
         }
-        assert!(Instant::now() < deadline, "never saw {n} instances: {}", reply.body);
+        assert!(Instant::now() < deadline, "never saw {n} instances: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -71,7 +71,8 @@ impl<S: Store> Limiter<S> {
                 let policy =
                     self.policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
                 let buckets = self.policy_buckets(policy, identifiers, *cost)?;
-                Ok((batch(buckets, *cost, policy), policy.on_store_error))
+                let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
+                Ok((CheckBatch { buckets, cost: *cost, fallback }, policy.on_store_error))
             }
             CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
                 let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
@@ -83,8 +84,10 @@ impl<S: Store> Limiter<S> {
                     window: valid.window,
                     algorithm: valid.algorithm,
                 };
-                let fallback = MemoryFallback::Split;
-                Ok((CheckBatch { buckets: vec![spec], cost: *cost, fallback }, OnStoreError::Memory))
+                // Ad hoc keys fall back as a policy does by default.
+                let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
+                let fallback = memory_fallback(on_store_error, share);
+                Ok((CheckBatch { buckets: vec![spec], cost: *cost, fallback }, on_store_error))
             }
         }
     }
@@ -117,13 +120,13 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-fn batch(buckets: Vec<BucketSpec>, cost: u64, policy: &Policy) -> CheckBatch {
-    let fallback = match (policy.on_store_error, policy.fallback_share) {
+/// What the store may do in memory for a check whose policy chose these.
+fn memory_fallback(on_store_error: OnStoreError, share: FallbackShare) -> MemoryFallback {
+    match (on_store_error, share) {
         (OnStoreError::Memory, FallbackShare::Split) => MemoryFallback::Split,
         (OnStoreError::Memory, FallbackShare::Full) => MemoryFallback::Full,
         (OnStoreError::Allow | OnStoreError::Deny, _) => MemoryFallback::Refuse,
-    };
-    CheckBatch { buckets, cost, fallback }
+    }
 }
 
 /// The answer for `on_store_error = "allow"`: admitted, nothing counted.

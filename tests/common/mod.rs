@@ -155,11 +155,17 @@ pub async fn app() -> AppState {
     instance(&fresh_database().await, &[]).await
 }
 
-/// Whether `app` says, on `/readyz`, that it answers from memory.
-pub async fn degraded(app: &AppState) -> bool {
+/// What `app` says on `/readyz` (always 200 while it answers).
+pub async fn readyz(app: &AppState) -> Value {
     let reply = send(app, Request::get("/readyz").body(Body::empty()).expect("request")).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    reply.body["degraded"].as_bool().unwrap_or_else(|| panic!("no degraded flag in {}", reply.body))
+    reply.body
+}
+
+/// Whether `app` says, on `/readyz`, that it answers from memory.
+pub async fn degraded(app: &AppState) -> bool {
+    let body = readyz(app).await;
+    body["degraded"].as_bool().unwrap_or_else(|| panic!("no degraded flag in {body}"))
 }
 
 pub struct Reply {

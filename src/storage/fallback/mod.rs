@@ -56,7 +56,9 @@ struct Inner<P> {
     detector: Detector,
     /// One background write-back at a time.
     flushing: AtomicBool,
+    /// Paces the two warnings that can repeat: a check refused, a write-back failed.
     refused: Throttle,
+    unwritten: Throttle,
 }
 
 impl<P> Clone for FallbackStore<P> {
@@ -78,6 +80,7 @@ impl<P: Primary> FallbackStore<P> {
             detector: Detector::new(timeout),
             flushing: AtomicBool::new(false),
             refused: Throttle::new(),
+            unwritten: Throttle::new(),
         };
         Self { inner: Arc::new(inner) }
     }

@@ -57,12 +57,15 @@ impl<P: Primary> FallbackStore<P> {
     async fn write_back(&self) -> (usize, usize) {
         let owed = self.inner.memory.drain(Utc::now());
         let count = owed.len();
+        if count == 0 {
+            return (0, 0); // no connection opened for nothing
+        }
         match self.inner.primary.absorb(owed).await {
             Ok(()) => (count, 0),
             Err(Unabsorbed { error, left }) => {
                 let unwritten = left.len();
                 self.inner.memory.restore(left, Utc::now());
-                if self.inner.refused.ready() {
+                if self.inner.unwritten.ready() {
                     tracing::warn!(%error, unwritten, "writing back what memory admitted failed; retrying");
                 }
                 (count - unwritten, unwritten)

@@ -73,23 +73,29 @@ impl PgStore {
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self, sqlx::Error> {
         let session = Arc::new(Session::new(url, options.longest_wait)?);
         session.prepare(options.unlogged).await?;
-        // Connect every lane now: a burst on a cold start would otherwise
-        // queue behind a storm of connection handshakes.
+        // Connect every lane, and the health connection, now and together:
+        // a burst on a cold start would otherwise queue behind a storm of
+        // connection handshakes.
         let mut opening = tokio::task::JoinSet::new();
-        for _ in 0..options.connections.max(1) {
+        for _ in 0..=options.connections.max(1) {
             let session = Arc::clone(&session);
             opening.spawn(async move { session.open().await });
         }
-        let mut lanes = Vec::new();
+        let (mut lanes, mut health_conn) = (Vec::new(), None);
         while let Some(opened) = opening.join_next().await {
-            let conn = opened.map_err(|e| sqlx::Error::Protocol(format!("lane start-up failed: {e}")))??;
+            let conn = opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))??;
+            if health_conn.is_none() {
+                health_conn = Some(conn);
+                continue;
+            }
             let (jobs, queue) = mpsc::channel(1024);
             let busy = Arc::new(Busy::default());
             tokio::spawn(lane(Arc::clone(&session), queue, conn, Arc::clone(&busy)));
             lanes.push(LaneHandle { queue: jobs, busy });
         }
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
-        let health = Arc::new(Health::new(session.open().await?));
+        let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
+        let health = Arc::new(Health::new(health_conn));
         health.spawn_heartbeat(Arc::clone(&session));
         Ok(Self { lanes: lanes.into(), session, cleanup, health })
     }
