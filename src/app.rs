@@ -4,12 +4,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
+
 use crate::config::{Config, Database};
 use crate::limiter::{KeySecret, Limiter};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
-use crate::server::{AppState, Auth};
+use crate::server::{AppState, Auth, MetricsEndpoint};
 use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
+use crate::telemetry;
 
 /// How often a degraded instance asks whether Postgres is back.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -24,6 +27,8 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
     #[error("cannot connect to PostgreSQL or apply migrations: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("cannot watch the policy file for changes: {0}")]
+    Watch(std::io::Error),
     #[error(
         "refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. \
          Set PGLIMIT_API_TOKENS, or bind to a loopback address"
@@ -31,11 +36,23 @@ pub enum StartError {
     OpenOnNetwork(std::net::SocketAddr),
 }
 
-/// A service ready to serve, and the private cluster it runs on, if any
-/// (stop it after serving; dropping it stops it too).
+/// A service ready to serve, the private cluster it runs on, if any (stop
+/// it after serving; dropping it stops it too), and its background tasks
+/// (policy reloads, metrics upkeep), which stop when it is dropped.
 pub struct Service {
     pub state: AppState,
     pub cluster: Option<Cluster>,
+    pub background: Background,
+}
+
+/// Tasks aborted when dropped: they hold nothing that needs a clean stop.
+#[derive(Default)]
+pub struct Background(Vec<JoinHandle<()>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.iter().for_each(JoinHandle::abort);
+    }
 }
 
 impl Service {
@@ -53,15 +70,51 @@ impl Service {
                 private_database(data_dir, pg_bin.as_deref(), secret.clone()).await?
             }
         };
+        let metrics = config.metrics.then(|| metrics_endpoint(config));
         let pg = PgStore::connect(&url, pg_options(config)).await?;
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
-        let limiter = Limiter::new(store, policies, secret);
-        let auth = Auth::new(config.api_tokens.iter().map(String::as_str));
-        let state = AppState { limiter: Arc::new(limiter), auth: Arc::new(auth) };
-        Ok(Self { state, cluster })
+        let limiter = Arc::new(Limiter::new(store, policies, secret).shadow_everything(config.shadow));
+        let mut background = Background::default();
+        if let Some(path) = &config.policies {
+            let reloader = crate::reload::spawn(path.clone(), config.watch_policies, Arc::clone(&limiter));
+            background.0.push(reloader.map_err(StartError::Watch)?);
+        }
+        if let Some(endpoint) = &metrics {
+            background.0.push(upkeep(endpoint.handle.clone()));
+        }
+        let auth = Arc::new(Auth::new(config.api_tokens.iter().map(String::as_str)));
+        let state = AppState {
+            limiter,
+            auth,
+            metrics: metrics.map(Arc::new),
+            request_timeout: config.request_timeout,
+        };
+        Ok(Self { state, cluster, background })
     }
+}
+
+/// `/metrics` is open on a loopback bind unless `PGLIMIT_METRICS_TOKEN` is
+/// set; otherwise it takes that token or any API token.
+fn metrics_endpoint(config: &Config) -> MetricsEndpoint {
+    let handle = telemetry::install();
+    let auth = match &config.metrics_token {
+        None if config.bind.ip().is_loopback() => Auth::default(),
+        token => Auth::new(token.iter().chain(&config.api_tokens).map(String::as_str)),
+    };
+    MetricsEndpoint { handle, auth }
+}
+
+/// Folds histogram samples in even when nobody scrapes, so they do not pile up.
+fn upkeep(handle: metrics_exporter_prometheus::PrometheusHandle) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(telemetry::UPKEEP_EVERY);
+        loop {
+            every.tick().await;
+            handle.run_upkeep();
+        }
+    })
 }
 
 fn pg_options(config: &Config) -> PgStoreOptions {

@@ -23,6 +23,16 @@ pub struct Config {
     /// Keep counters in an UNLOGGED table: faster writes, lost on a crash.
     pub unlogged: bool,
     pub log_format: LogFormat,
+    /// Serve `GET /metrics` (and record metrics at all).
+    pub metrics: bool,
+    /// Bearer token for `/metrics`, beside the API tokens.
+    pub metrics_token: Option<String>,
+    /// Every policy in shadow mode: decided and counted, never refused.
+    pub shadow: bool,
+    /// Reload the policy file when it changes on disk (SIGHUP always does).
+    pub watch_policies: bool,
+    /// Longest a request may take before it is answered 503.
+    pub request_timeout: Duration,
 }
 
 /// Redacts the database URL (it may hold a password) and the secret.
@@ -84,7 +94,7 @@ impl Config {
 
     /// Reads the configuration through `get` (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        Ok(Self {
+        Self {
             bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
             database: database(&get)?,
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
@@ -117,14 +127,7 @@ impl Config {
                 1..=100_000_000,
                 "a number of keys from 1 to 100000000",
             )?,
-            unlogged: match get("PGLIMIT_UNLOGGED").as_deref() {
-                None | Some("false") => false,
-                Some("true") => true,
-                Some(other) => {
-                    let reason = format!("{other:?} is not \"true\" or \"false\"");
-                    return Err(ConfigError { var: "PGLIMIT_UNLOGGED", reason });
-                }
-            },
+            unlogged: boolean(&get, "PGLIMIT_UNLOGGED", false)?,
             log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,
@@ -135,7 +138,50 @@ impl Config {
                     })
                 }
             },
-        })
+            metrics: boolean(&get, "PGLIMIT_METRICS", true)?,
+            metrics_token: get("PGLIMIT_METRICS_TOKEN"),
+            shadow: boolean(&get, "PGLIMIT_SHADOW", false)?,
+            watch_policies: boolean(&get, "PGLIMIT_WATCH_POLICIES", true)?,
+            request_timeout: Duration::ZERO,
+        }
+        .with_request_timeout(&get)
+    }
+
+    /// The request timeout must outlast the longest wait on Postgres, or a
+    /// check could be cut off while its count is being written.
+    fn with_request_timeout(mut self, get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let var = "PGLIMIT_REQUEST_TIMEOUT_MS";
+        let longest = crate::storage::longest_wait(self.db_timeout);
+        let floor = longest + Duration::from_secs(5);
+        self.request_timeout = match get(var) {
+            None => floor.max(Duration::from_secs(30)),
+            Some(_) => {
+                let ms: u64 = in_range(get, var, "", 1..=3_600_000, "milliseconds from 1 to 3600000")?;
+                let timeout = Duration::from_millis(ms);
+                if timeout < floor {
+                    let reason = format!(
+                        "{ms} ms is shorter than the longest wait on Postgres plus 5 s ({} ms: 20 × PGLIMIT_DB_TIMEOUT_MS + 5000)",
+                        floor.as_millis()
+                    );
+                    return Err(ConfigError { var, reason });
+                }
+                timeout
+            }
+        };
+        Ok(self)
+    }
+}
+
+fn boolean(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match get(var).as_deref() {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ConfigError { var, reason: format!("{other:?} is not \"true\" or \"false\"") }),
     }
 }
 
@@ -235,10 +281,19 @@ mod tests {
             ("PGLIMIT_CLEANUP_RATE", "2"),
             ("PGLIMIT_DB_TIMEOUT_MS", "x"),
             ("PGLIMIT_LOG_FORMAT", "xml"),
+            ("PGLIMIT_METRICS", "yes"),
+            ("PGLIMIT_REQUEST_TIMEOUT_MS", "1000"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);
         }
+    }
+
+    #[test]
+    fn the_request_timeout_outlasts_the_longest_wait_on_postgres() {
+        let c = config(&[("PGLIMIT_DB_TIMEOUT_MS", "2000")]).expect("valid");
+        assert_eq!(c.request_timeout, Duration::from_secs(45));
+        assert_eq!(config(&[]).expect("valid").request_timeout, Duration::from_secs(30));
     }
 
     #[test]

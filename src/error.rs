@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::limiter::{CheckError, Invalid};
+use crate::telemetry;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -27,6 +28,10 @@ pub enum Error {
     NotFound(String),
     #[error("method not allowed here")]
     MethodNotAllowed,
+    #[error("the request took longer than the configured PGLIMIT_REQUEST_TIMEOUT_MS; retry shortly")]
+    RequestTimeout,
+    #[error("an internal error occurred; it is logged")]
+    Internal,
 }
 
 impl Error {
@@ -43,6 +48,8 @@ impl Error {
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -57,6 +64,8 @@ impl Error {
             Self::StoreUnavailable => "store-unavailable",
             Self::NotFound(_) => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
+            Self::RequestTimeout => "request-timeout",
+            Self::Internal => "internal",
         }
     }
 }
@@ -90,6 +99,7 @@ impl From<Invalid> for Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
+        telemetry::problem(self.kind());
         let mut body = json!({
             "type": format!("urn:pglimit:problem:{}", self.kind()),
             "title": status.canonical_reason().unwrap_or("Error"),
@@ -109,7 +119,7 @@ impl IntoResponse for Error {
             Self::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            Self::StoreUnavailable => {
+            Self::StoreUnavailable | Self::RequestTimeout => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

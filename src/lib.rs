@@ -39,8 +39,10 @@ pub mod error;
 pub mod limiter;
 pub mod pg_cluster;
 pub mod policy;
+pub mod reload;
 pub mod server;
 pub mod storage;
+pub mod telemetry;
 
 pub use app::{Service, StartError};
 pub use config::Config;

@@ -20,6 +20,12 @@ pub struct Decision {
     pub retry_after_s: Option<u64>,
     pub store: StoreKind,
     pub degraded: bool,
+    /// In shadow mode the check is answered as allowed whatever the buckets
+    /// say; `would_allow` is what enforcing would have answered.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_allow: Option<bool>,
     pub buckets: Vec<BucketDecision>,
     /// The deciding store's clock; header durations count from here.
     #[serde(skip)]
@@ -74,7 +80,40 @@ impl Decision {
         let retry_at = headline.and_then(|b| b.retry_at).unwrap_or(reset_at);
         let retry_after_s = (!allowed).then(|| seconds_until(now, retry_at).max(1));
         let (store, degraded) = (answer.store, answer.degraded);
-        Self { allowed, limit, remaining, reset_at, retry_after_s, store, degraded, buckets, now }
+        let (shadow, would_allow) = (false, None);
+        Self {
+            allowed,
+            limit,
+            remaining,
+            reset_at,
+            retry_after_s,
+            store,
+            degraded,
+            shadow,
+            would_allow,
+            buckets,
+            now,
+        }
+    }
+
+    /// The answer of a shadow policy: allowed, with what enforcing would
+    /// have answered beside it; the buckets keep their real figures (and so
+    /// do the RateLimit headers), but there is nothing to retry.
+    pub fn shadowed(self, shadow: bool) -> Self {
+        if !shadow {
+            return self;
+        }
+        let would_allow = Some(self.allowed);
+        Self { allowed: true, retry_after_s: None, shadow, would_allow, ..self }
+    }
+
+    /// `allowed`, `denied` or `shadow_denied`, as metrics count it.
+    pub fn outcome(&self) -> &'static str {
+        match (self.allowed, self.would_allow) {
+            (true, Some(false)) => "shadow_denied",
+            (true, _) => "allowed",
+            (false, _) => "denied",
+        }
     }
 }
 

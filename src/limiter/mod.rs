@@ -11,17 +11,20 @@ mod request;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use chrono::Utc;
 
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
-use crate::policy::{FallbackShare, OnStoreError, Policies, Policy};
+use crate::policy::{FallbackShare, Mode, OnStoreError, Policies, Policy};
 use crate::storage::{
     Answer, BucketAnswer, BucketSpec, CheckBatch, MemoryFallback, Store, StoreError, StoreKind,
 };
+use crate::telemetry::{self, Label};
 
 /// Why a check has no decision. A denial is a decision, not one of these.
 #[derive(Debug, thiserror::Error)]
@@ -35,44 +38,94 @@ pub enum CheckError {
 
 pub struct Limiter<S> {
     store: S,
-    policies: Policies,
+    /// Swapped whole on reload: a check reads it once, so checks in flight
+    /// finish on the policies they started with.
+    policies: ArcSwap<Policies>,
     secret: KeySecret,
+    /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
+    shadow_all: bool,
+}
+
+/// What a request will check, and how its outcome is reported.
+pub struct Plan {
+    pub batch: CheckBatch,
+    /// What to do if Postgres cannot answer.
+    pub on_store_error: OnStoreError,
+    /// Decided and counted, but never refused.
+    pub shadow: bool,
+    pub label: Label,
 }
 
 impl<S: Store> Limiter<S> {
     pub fn new(store: S, policies: Policies, secret: KeySecret) -> Self {
-        Self { store, policies, secret }
+        Self { store, policies: ArcSwap::from_pointee(policies), secret, shadow_all: false }
+    }
+
+    /// Puts every policy, and ad hoc keys, in shadow mode.
+    pub fn shadow_everything(self, shadow: bool) -> Self {
+        Self { shadow_all: shadow, ..self }
     }
 
     pub fn store(&self) -> &S {
         &self.store
     }
 
+    /// The policies in force.
+    pub fn policies(&self) -> Arc<Policies> {
+        self.policies.load_full()
+    }
+
+    /// Puts `policies` in force for every check that starts from now on.
+    pub fn replace_policies(&self, policies: Policies) {
+        self.policies.store(Arc::new(policies));
+    }
+
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
-        let (batch, on_store_error) = self.plan(request)?;
-        let answer = match self.store.check(&batch).await {
-            Ok(answer) => answer,
-            Err(StoreError::Unavailable) if on_store_error == OnStoreError::Allow => admit_uncounted(&batch),
-            Err(StoreError::Unavailable) => return Err(CheckError::StoreUnavailable),
+        let plan = self.plan(request)?;
+        let started = Instant::now();
+        let answer = self.ask(&plan).await;
+        let took = started.elapsed();
+        let answer = answer.inspect_err(|_| telemetry::check(&plan.label, "error", "none", took))?;
+        let store = if answer.cached { "deny_cache" } else { answer.store.as_str() };
+        let decision = Decision::new(&plan.batch.buckets, answer).shadowed(plan.shadow);
+        telemetry::check(&plan.label, decision.outcome(), store, took);
+        for bucket in decision.buckets.iter().filter(|b| !b.allowed) {
+            telemetry::bucket_denied(&plan.label, &bucket.name);
+        }
+        Ok(decision)
+    }
+
+    async fn ask(&self, plan: &Plan) -> Result<Answer, CheckError> {
+        match self.store.check(&plan.batch).await {
+            Ok(answer) => Ok(answer),
+            // A shadow policy never turns traffic away, whatever it says for an outage.
+            Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow || plan.shadow => {
+                Ok(admit_uncounted(&plan.batch))
+            }
+            Err(StoreError::Unavailable) => Err(CheckError::StoreUnavailable),
             Err(e) => {
                 tracing::error!(error = %e, "fallback store failed");
-                return Err(CheckError::StoreUnavailable);
+                Err(CheckError::StoreUnavailable)
             }
-        };
-        Ok(Decision::new(&batch.buckets, answer))
+        }
     }
 
     /// The buckets `request` must check, with their keys, and what to do
     /// if Postgres cannot answer.
-    pub fn plan(&self, request: &CheckRequest) -> Result<(CheckBatch, OnStoreError), Invalid> {
+    pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
         match request {
             CheckRequest::Policy { policy, identifiers, cost } => {
-                let policy =
-                    self.policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
+                let policies = self.policies.load();
+                let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
                 let buckets = self.policy_buckets(policy, identifiers, *cost)?;
                 let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
-                Ok((CheckBatch { buckets, cost: *cost, fallback }, policy.on_store_error))
+                Ok(Plan {
+                    batch: CheckBatch { buckets, cost: *cost, fallback },
+                    on_store_error: policy.on_store_error,
+                    shadow: self.shadow_all || policy.mode == Mode::Shadow,
+                    label: Label::Policy(policy.name.clone()),
+                })
             }
             CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
                 let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
@@ -87,7 +140,12 @@ impl<S: Store> Limiter<S> {
                 // Ad hoc keys fall back as a policy does by default.
                 let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
                 let fallback = memory_fallback(on_store_error, share);
-                Ok((CheckBatch { buckets: vec![spec], cost: *cost, fallback }, on_store_error))
+                Ok(Plan {
+                    batch: CheckBatch { buckets: vec![spec], cost: *cost, fallback },
+                    on_store_error,
+                    shadow: self.shadow_all,
+                    label: Label::AdHoc,
+                })
             }
         }
     }
@@ -137,5 +195,5 @@ fn admit_uncounted(batch: &CheckBatch) -> Answer {
         .iter()
         .map(|b| BucketAnswer { allowed: true, remaining: b.limit, reset_at: now, retry_at: None })
         .collect();
-    Answer { buckets, now, store: StoreKind::None, degraded: true }
+    Answer { buckets, now, store: StoreKind::None, degraded: true, cached: false }
 }

@@ -22,6 +22,16 @@ pub enum CheckRequest {
     AdHoc { key: String, limit: u64, window: String, algorithm: Algorithm, cost: u64 },
 }
 
+impl CheckRequest {
+    /// What logs and metrics call the check: the policy's name, or `_adhoc`.
+    pub fn policy_label(&self) -> &str {
+        match self {
+            Self::Policy { policy, .. } => policy,
+            Self::AdHoc { .. } => crate::telemetry::ADHOC,
+        }
+    }
+}
+
 /// What is wrong with a request, in the domain's terms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {

@@ -7,7 +7,9 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{is_valid_name, parse_window, BucketDef, FallbackShare, IdentifierKind, OnStoreError, Policy};
+use super::{
+    is_valid_name, parse_window, BucketDef, FallbackShare, IdentifierKind, Mode, OnStoreError, Policy,
+};
 use crate::algorithm::Algorithm;
 
 /// Parses and validates a whole file; the error is a sentence with a place.
@@ -40,6 +42,8 @@ struct RawPolicy {
     on_store_error: OnStoreError,
     #[serde(default)]
     fallback_share: FallbackShare,
+    #[serde(default)]
+    mode: Mode,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +111,7 @@ impl RawPolicy {
             buckets,
             on_store_error: self.on_store_error,
             fallback_share: self.fallback_share,
+            mode: self.mode,
         })
     }
 }

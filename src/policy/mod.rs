@@ -31,6 +31,7 @@ pub struct Policy {
     pub buckets: Vec<BucketDef>,
     pub on_store_error: OnStoreError,
     pub fallback_share: FallbackShare,
+    pub mode: Mode,
 }
 
 #[derive(Debug, Clone)]
@@ -68,9 +69,24 @@ pub enum FallbackShare {
     Full,
 }
 
-/// All configured policies, by name.
+/// Whether a policy's denials are enforced or only reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Decided and counted as if enforced, but always answered as allowed
+    /// (with what would have happened): a new limit watched before it bites.
+    Shadow,
+}
+
+/// All configured policies, by name, and a short hash of the text they
+/// were read from (shown by `/readyz`, to tell which file is in force).
 #[derive(Debug, Clone)]
-pub struct Policies(HashMap<String, Arc<Policy>>);
+pub struct Policies {
+    by_name: HashMap<String, Arc<Policy>>,
+    hash: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -92,16 +108,36 @@ impl Policies {
     /// Parses a policy file's text; errors name the line and column.
     pub fn parse(text: &str) -> Result<Self, PolicyError> {
         let policies = file::parse(text).map_err(PolicyError)?;
-        Ok(Self(policies.into_iter().map(|p| (p.name.to_string(), Arc::new(p))).collect()))
+        let by_name = policies.into_iter().map(|p| (p.name.to_string(), Arc::new(p))).collect();
+        Ok(Self { by_name, hash: short_hash(text) })
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {
-        self.0.get(name)
+        self.by_name.get(name)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.keys().map(String::as_str)
+        self.by_name.keys().map(String::as_str)
     }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The first 12 hex digits of the SHA-256 of the file's text.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+}
+
+/// What [`Policies::hash`] shows for a file's text.
+pub fn short_hash(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(text.as_bytes())[..6])
 }
 
 /// Names end up in response bodies and RateLimit headers; keeping them to

@@ -11,6 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::headers::rate_limit_headers;
+use super::layers;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::algorithm::Algorithm;
 use crate::error::Error;
@@ -28,6 +29,7 @@ pub async fn check(
     })?;
     let request = parse(&body)?;
     let decision = state.limiter.check(&request).await?;
+    layers::record_outcome(request.policy_label(), decision.outcome());
     Ok(respond(decision))
 }
 

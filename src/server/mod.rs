@@ -3,9 +3,12 @@
 mod auth;
 mod check;
 mod headers;
+mod layers;
+mod metrics;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::Uri;
@@ -17,6 +20,8 @@ use tokio::net::TcpListener;
 pub use auth::Auth;
 pub use check::parse as parse_check_body;
 pub use headers::rate_limit_headers;
+pub use layers::panic_problem;
+pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -34,19 +39,25 @@ pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 pub struct AppState {
     pub limiter: Arc<Limiter<ServiceStore>>,
     pub auth: Arc<Auth>,
+    /// `None` with `PGLIMIT_METRICS=false`: `/metrics` is a 404.
+    pub metrics: Option<Arc<MetricsEndpoint>>,
+    pub request_timeout: Duration,
 }
 
 /// The whole HTTP API, without a socket (tests call it directly).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let timeout = state.request_timeout;
+    let routes = Router::new()
         .route("/check", post(check::check))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+        .with_state(state);
+    layers::wrap(routes, timeout)
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` completes, then
@@ -64,16 +75,22 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Which store is answering checks now, and how many instances share the
-/// database (each keeps to its share of a limit in fallback). Still 200 in
-/// fallback: the instance answers, and every instance would fall back alike.
+/// Which store is answering checks now, how many instances share the
+/// database (each keeps to its share of a limit in fallback), and which
+/// policy file is in force. Still 200 in fallback: the instance answers,
+/// and every instance would fall back alike.
 async fn readyz(State(state): State<AppState>) -> Json<Value> {
     let store = state.limiter.store();
     let degraded = store.is_degraded();
     let answering = if degraded { "memory" } else { "postgres" };
-    Json(
-        json!({ "status": "ready", "store": answering, "degraded": degraded, "instances": store.instances() }),
-    )
+    let policies = state.limiter.policies();
+    Json(json!({
+        "status": "ready",
+        "store": answering,
+        "degraded": degraded,
+        "instances": store.instances(),
+        "policies": policies.hash(),
+    }))
 }
 
 /// The OpenAPI 3.1 description of this API, kept true by `tests/api/openapi.rs`

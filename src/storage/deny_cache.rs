@@ -63,7 +63,7 @@ impl<S: Store> DenyCache<S> {
         // Set the answer's clock so that its durations are what is left now.
         let left = remembered.until.saturating_duration_since(Instant::now());
         let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
-        Some(Answer { now, ..remembered.checked.clone() })
+        Some(Answer { now, cached: true, ..remembered.checked.clone() })
     }
 
     fn remember(&self, fingerprint: u64, checked: &Answer) {

@@ -96,6 +96,16 @@ pub enum StoreKind {
     None,
 }
 
+impl StoreKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Memory => "memory",
+            Self::None => "none",
+        }
+    }
+}
+
 /// The answer of a store: one state per bucket, in the batch's order.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -105,6 +115,9 @@ pub struct Answer {
     pub store: StoreKind,
     /// True while the primary store is not the one answering.
     pub degraded: bool,
+    /// Repeated from an earlier denial by the [`DenyCache`], without asking
+    /// `store` again.
+    pub cached: bool,
 }
 
 impl Answer {

@@ -11,6 +11,7 @@ mod cleanup;
 mod concurrency;
 mod errors;
 mod openapi;
+mod operate;
 mod policies;
 mod properties;
 mod stalls;

@@ -45,7 +45,13 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
         }
     }
     documented.sort();
-    let routes = [("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/readyz"), ("POST", "/check")];
+    let routes = [
+        ("GET", "/healthz"),
+        ("GET", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("GET", "/readyz"),
+        ("POST", "/check"),
+    ];
     let routes: Vec<(String, String)> = routes.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(documented, routes, "the router's routes (listed in src/server/mod.rs)");
 }

@@ -197,8 +197,12 @@ pub async fn send(state: &AppState, request: Request<Body>) -> Reply {
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.expect("body").to_bytes();
-    let body =
-        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") };
+    let json = headers.get("content-type").is_some_and(|t| t.as_bytes().ends_with(b"json"));
+    let body = match (bytes.is_empty(), json) {
+        (true, _) => Value::Null,
+        (false, true) => serde_json::from_slice(&bytes).expect("JSON body"),
+        (false, false) => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
+    };
     Reply { status, headers, body }
 }
 

@@ -33,6 +33,8 @@ use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Store, Sto
 use detector::Detector;
 use recovery::Throttle;
 
+use crate::telemetry;
+
 /// How many `timeout`s a check may wait while the primary is making progress.
 const OVERLOAD_FACTOR: u32 = 20;
 
@@ -147,6 +149,7 @@ impl<P: Primary> FallbackStore<P> {
         if self.inner.degraded.swap(true, Ordering::AcqRel) {
             return;
         }
+        telemetry::degraded(true);
         let instances = self.instances();
         tracing::warn!(%error, instances, "postgres unreachable: answering as each policy says (memory by default, at this instance's share) until it returns");
         tokio::spawn(self.clone().recover());

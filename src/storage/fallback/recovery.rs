@@ -15,6 +15,7 @@ use chrono::Utc;
 
 use super::FallbackStore;
 use crate::storage::{Primary, Store, Unabsorbed};
+use crate::telemetry;
 
 /// Smallest budget for a recovery probe, which must open a connection.
 const MIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -39,6 +40,7 @@ impl<P: Primary> FallbackStore<P> {
                 continue;
             }
             self.inner.degraded.store(false, Ordering::Release);
+            telemetry::degraded(false);
             // What memory admitted while the write-back ran, then nothing:
             // the next outage starts from what Postgres holds.
             let (late, left) = self.write_back().await;

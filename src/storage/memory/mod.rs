@@ -137,7 +137,7 @@ impl MemoryStore {
             }
         }
         drop(guards);
-        Answer { buckets, now, store: StoreKind::Memory, degraded: false }
+        Answer { buckets, now, store: StoreKind::Memory, degraded: false, cached: false }
     }
 }
 

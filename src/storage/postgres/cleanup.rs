@@ -8,6 +8,7 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
 
 use super::session::Session;
+use crate::telemetry;
 
 /// A row past `expires_at` is equivalent to no row for every algorithm,
 /// so deleting it changes no answer. Rows locked by a check in progress are
@@ -40,7 +41,10 @@ impl Cleanup {
         let (this, session) = (Arc::clone(self), Arc::clone(session));
         tokio::spawn(async move {
             match this.run(&session).await {
-                Ok(n) => tracing::debug!(deleted = n, "cleanup of expired buckets"),
+                Ok(n) => {
+                    telemetry::cleanup_deleted(n);
+                    tracing::debug!(deleted = n, "cleanup of expired buckets");
+                }
                 Err(e) => tracing::debug!(error = %e, "cleanup of expired buckets failed"),
             }
             this.running.store(false, Ordering::Release);

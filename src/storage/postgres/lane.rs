@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::session::{classify, timed_out, Session};
 use super::statements;
 use crate::storage::{Answer, CheckBatch, StoreError};
+use crate::telemetry;
 
 /// Most checks decided in one call.
 const MAX_BATCH: usize = 128;
@@ -72,7 +73,10 @@ pub(super) async fn lane(
         busy.start();
         for group in by_clock(jobs) {
             let batches: Vec<&CheckBatch> = group.iter().map(|job| &job.batch).collect();
-            match run(&session, &mut slot, &batches, group[0].now).await {
+            let started = Instant::now();
+            let result = run(&session, &mut slot, &batches, group[0].now).await;
+            telemetry::db_call(started.elapsed(), batches.len());
+            match result {
                 Ok(answers) => {
                     group.into_iter().zip(answers).for_each(|(job, a)| drop(job.reply.send(Ok(a))))
                 }

@@ -170,7 +170,7 @@ fn split(batches: &[&CheckBatch], rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::E
                 retry_at: r.o_retry_at,
             })
             .collect();
-        Answer { buckets, now, store: StoreKind::Postgres, degraded: false }
+        Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false }
     });
     Ok(answers.collect())
 }

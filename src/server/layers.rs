@@ -1,0 +1,110 @@
+//! What wraps every request: an id, a log line, a time limit, and a panic
+//! turned into a problem document. All from tower and tower-http.
+//!
+//! The id is the caller's `x-request-id` if it sent one, else a new UUID;
+//! it is echoed on every answer (problem documents included) and is a field
+//! of the request's span, so every line logged while serving it carries it.
+//! The span and its closing line ("finished processing request": status,
+//! latency, policy, decision) are at `debug`, so they cost nothing at the
+//! default log level: `RUST_LOG=info,pglimit=debug` turns them on.
+
+use std::any::Any;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::http::{Request, Response};
+use axum::response::IntoResponse;
+use axum::Router;
+use tower::timeout::error::Elapsed;
+use tower::{BoxError, ServiceBuilder};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::{Level, Span};
+
+use crate::error::Error;
+
+/// Wraps `router` in the layers, outermost first.
+pub fn wrap(router: Router, request_timeout: Duration) -> Router {
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(request_span)
+        .on_request(())
+        .on_response(
+            DefaultOnResponse::new().level(Level::DEBUG).latency_unit(tower_http::LatencyUnit::Micros),
+        )
+        .on_failure(());
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(trace)
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(CatchPanicLayer::custom(panic_problem))
+            .layer(HandleErrorLayer::new(timeout_problem))
+            .timeout(request_timeout),
+    )
+}
+
+/// The policy and decision are recorded into it by the check handler
+/// ([`record_outcome`]).
+fn request_span(request: &Request<Body>) -> Span {
+    let id = request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
+    tracing::debug_span!(
+        "request",
+        request_id = id.unwrap_or(""),
+        method = %request.method(),
+        path = request.uri().path(),
+        policy = tracing::field::Empty,
+        decision = tracing::field::Empty,
+    )
+}
+
+/// Notes what a check decided on the current request's span (never an
+/// identifier or a key: the policy's configured name, or `_adhoc`).
+pub fn record_outcome(policy: &str, decision: &str) {
+    let span = Span::current();
+    span.record("policy", policy);
+    span.record("decision", decision);
+}
+
+async fn timeout_problem(error: BoxError) -> Error {
+    if error.is::<Elapsed>() {
+        Error::RequestTimeout
+    } else {
+        tracing::error!(%error, "a request failed in a middleware layer");
+        Error::Internal
+    }
+}
+
+/// A handler panicked: log why, answer 500 with a problem document. The
+/// connection stays usable and the service keeps serving.
+pub fn panic_problem(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(not a string)");
+    tracing::error!(panic = message, "a request handler panicked");
+    Error::Internal.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[test]
+    fn a_panic_becomes_a_500_problem_document() {
+        let response = panic_problem(Box::new("boom"));
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+    }
+
+    #[tokio::test]
+    async fn a_request_over_its_time_is_a_503_problem_with_retry_after() {
+        let response = timeout_problem(Box::new(Elapsed::new())).await.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+    }
+}

@@ -1,0 +1,146 @@
+//! What pglimit tells its operators: Prometheus metrics.
+//!
+//! Every metric is named, described and recorded here, so the names live in
+//! one place and the layers that record them (limiter, storage) share no
+//! types with the exporter. Label values come only from configuration
+//! (policy and bucket names) and from fixed words, never from identifiers or
+//! keys, so the number of series is bounded by the policy file.
+//!
+//! Recording goes through the `metrics` facade: until [`install`] is called
+//! (and with `PGLIMIT_METRICS=false` it never is) every call is a no-op.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, SharedString};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// The `policy` label of ad hoc keys, which have no policy name.
+pub const ADHOC: &str = "_adhoc";
+
+const CHECKS: &str = "pglimit_checks_total";
+const BUCKET_DENIALS: &str = "pglimit_bucket_denials_total";
+const CHECK_DURATION: &str = "pglimit_check_duration_seconds";
+const DB_CALL_DURATION: &str = "pglimit_db_call_duration_seconds";
+const BATCH_SIZE: &str = "pglimit_batch_size";
+const DEGRADED: &str = "pglimit_degraded";
+const SWITCHES: &str = "pglimit_fallback_switches_total";
+const CLEANUP_DELETED: &str = "pglimit_cleanup_deleted_rows_total";
+const RELOADS: &str = "pglimit_policy_reloads_total";
+const PROBLEMS: &str = "pglimit_problems_total";
+const BUILD_INFO: &str = "pglimit_build_info";
+
+/// From half a millisecond (a check on a warm connection) to the longest a
+/// check waits under the largest timeouts.
+const SECONDS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Powers of two up to the largest batch a lane sends.
+const CHECKS_PER_CALL: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// How often histogram samples are folded in when nobody scrapes.
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Installs the process-wide recorder once and returns its handle; later
+/// calls (several services in one test process) get the same one.
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = builder().install_recorder().unwrap_or_else(|_| builder().build_recorder().handle());
+            describe();
+            gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+            gauge!(DEGRADED).set(0.0);
+            handle
+        })
+        .clone()
+}
+
+fn builder() -> PrometheusBuilder {
+    let seconds = Matcher::Suffix("_seconds".into());
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(seconds, SECONDS)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), CHECKS_PER_CALL))
+        .expect("the bucket lists are not empty")
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(CHECKS, "Checks decided, by policy, decision and the store that decided");
+    describe_counter!(
+        BUCKET_DENIALS,
+        "Denials by the bucket that had no room (a check can be denied by several)"
+    );
+    describe_histogram!(CHECK_DURATION, Unit::Seconds, "Time to decide a check, by store");
+    describe_histogram!(DB_CALL_DURATION, Unit::Seconds, "Time of one batch call to Postgres");
+    describe_histogram!(BATCH_SIZE, "Checks decided by one call to Postgres");
+    describe_gauge!(DEGRADED, "1 while this instance answers without Postgres");
+    describe_counter!(SWITCHES, "Switches between Postgres and memory, by direction");
+    describe_counter!(CLEANUP_DELETED, "Expired bucket rows deleted by the sampled cleanup");
+    describe_counter!(RELOADS, "Policy file reloads, by result");
+    describe_counter!(PROBLEMS, "Requests answered with a problem document, by problem type");
+    describe_gauge!(BUILD_INFO, "Always 1; the labels say which build is running");
+}
+
+/// A decided (or failed) check. `policy` is a configured name or [`ADHOC`];
+/// `decision` is `allowed`, `denied`, `shadow_denied` or `error`; `store` is
+/// `postgres`, `memory`, `none` or `deny_cache`.
+pub fn check(policy: &Label, decision: &'static str, store: &'static str, took: Duration) {
+    let policy = policy.value();
+    counter!(CHECKS, "policy" => policy, "decision" => decision, "store" => store).increment(1);
+    histogram!(CHECK_DURATION, "store" => store).record(took.as_secs_f64());
+}
+
+/// A bucket that had no room for a check.
+pub fn bucket_denied(policy: &Label, bucket: &Arc<str>) {
+    let bucket = SharedString::from(Arc::clone(bucket));
+    counter!(BUCKET_DENIALS, "policy" => policy.value(), "bucket" => bucket).increment(1);
+}
+
+/// One batch call to Postgres, deciding `checks` checks.
+pub fn db_call(took: Duration, checks: usize) {
+    histogram!(DB_CALL_DURATION).record(took.as_secs_f64());
+    histogram!(BATCH_SIZE).record(checks as f64);
+}
+
+/// The instance switched to memory (`true`) or back to Postgres.
+pub fn degraded(now: bool) {
+    gauge!(DEGRADED).set(if now { 1.0 } else { 0.0 });
+    let direction = if now { "to_memory" } else { "to_postgres" };
+    counter!(SWITCHES, "direction" => direction).increment(1);
+}
+
+pub fn cleanup_deleted(rows: u64) {
+    counter!(CLEANUP_DELETED).increment(rows);
+}
+
+pub fn policy_reload(ok: bool) {
+    counter!(RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// A request answered with a problem document of this type.
+pub fn problem(kind: &'static str) {
+    counter!(PROBLEMS, "type" => kind).increment(1);
+}
+
+/// The `policy` label of a check: a configured policy's name, or ad hoc.
+#[derive(Debug, Clone)]
+pub enum Label {
+    Policy(Arc<str>),
+    AdHoc,
+}
+
+impl Label {
+    fn value(&self) -> SharedString {
+        match self {
+            Self::Policy(name) => SharedString::from(Arc::clone(name)),
+            Self::AdHoc => SharedString::const_str(ADHOC),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Policy(name) => name,
+            Self::AdHoc => ADHOC,
+        }
+    }
+}

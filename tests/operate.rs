@@ -1,0 +1,241 @@
+//! Operating the real binary: exact metrics (one recorder per process),
+//! shadow counts, and policies reloaded on SIGHUP and on a file write, with
+//! a broken edit leaving the policies in force.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::process::*;
+use prometheus_parse::{Scrape, Value as Metric};
+use serde_json::{json, Value};
+
+fn policy(mode: &str, limit: u64) -> String {
+    format!(
+        "[policies.signup]\nmode = \"{mode}\"\nidentifiers = {{ ip = \"ip\" }}\n\n\
+         [[policies.signup.buckets]]\nname = \"per_ip\"\non = [\"ip\"]\nlimit = {limit}\nwindow = \"1h\"\n"
+    )
+}
+
+fn signup(ip: &str) -> Value {
+    json!({ "policy": "signup", "identifiers": { "ip": ip } })
+}
+
+async fn start_on_fresh_database(extra: &[(&str, &str)], dir: &Path) -> Running {
+    let url = common::fresh_database().await;
+    let mut envs = vec![("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    envs.extend_from_slice(extra);
+    start(&envs, dir)
+}
+
+/// `/metrics`, parsed by a Prometheus text parser.
+async fn scrape(service: &Running) -> Scrape {
+    let reply = http_client().get(format!("http://{}/metrics", service.addr)).send().await.expect("scrape");
+    assert_eq!(reply.status(), 200);
+    let text = reply.text().await.expect("text");
+    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the Prometheus text format")
+}
+
+/// The value of the counter or gauge `name` with exactly these labels (0 if absent).
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let wanted: HashMap<&str, &str> = labels.iter().copied().collect();
+    let matching = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && wanted.iter().all(|(k, v)| s.labels.get(k) == Some(*v)));
+    matching
+        .map(|s| match &s.value {
+            Metric::Counter(v) | Metric::Gauge(v) | Metric::Untyped(v) => *v,
+            other => panic!("{name} is not a single value: {other:?}"),
+        })
+        .sum()
+}
+
+/// How many observations the histogram `name` holds, over all its labels.
+fn observations(scrape: &Scrape, name: &str) -> f64 {
+    let histograms = scrape.samples.iter().filter(|s| s.metric == name);
+    histograms
+        .map(|s| match &s.value {
+            Metric::Histogram(buckets) => buckets.iter().map(|b| b.count).fold(0.0, f64::max),
+            other => panic!("{name} is not a histogram: {other:?}"),
+        })
+        .sum()
+}
+
+fn checks(scrape: &Scrape, policy: &str, decision: &str, store: &str) -> f64 {
+    value(scrape, "pglimit_checks_total", &[("policy", policy), ("decision", decision), ("store", store)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_login_is_counted_under_its_policy_and_the_bucket_that_denied_it() {
+    let dir = temp_dir("metrics");
+    let service = start_on_fresh_database(&[], &dir).await;
+    let login =
+        json!({ "policy": "login", "identifiers": { "email": "a@example.com", "ip": "198.51.100.4" } });
+    for _ in 0..5 {
+        assert_eq!(service.check(login.clone()).await.0, 200);
+    }
+    assert_eq!(service.check(login.clone()).await.0, 429);
+    assert_eq!(service.check(login).await.0, 429, "the repeat is answered by the deny cache");
+    service.check(json!({ "key": "report", "limit": 9, "window": "1m" })).await;
+
+    let scrape = scrape(&service).await;
+    assert_eq!(checks(&scrape, "login", "allowed", "postgres"), 5.0);
+    assert_eq!(checks(&scrape, "login", "denied", "postgres"), 1.0);
+    assert_eq!(checks(&scrape, "login", "denied", "deny_cache"), 1.0);
+    assert_eq!(checks(&scrape, "_adhoc", "allowed", "postgres"), 1.0);
+    let denials =
+        |bucket| value(&scrape, "pglimit_bucket_denials_total", &[("policy", "login"), ("bucket", bucket)]);
+    assert_eq!((denials("email_ip"), denials("ip"), denials("email")), (2.0, 0.0, 0.0));
+    assert_eq!(observations(&scrape, "pglimit_check_duration_seconds"), 8.0);
+    let calls = observations(&scrape, "pglimit_db_call_duration_seconds");
+    assert!((1.0..=7.0).contains(&calls), "{calls} calls for 7 checks that went to Postgres");
+    assert_eq!(observations(&scrape, "pglimit_batch_size"), calls);
+    assert_eq!(value(&scrape, "pglimit_degraded", &[]), 0.0);
+    assert_eq!(value(&scrape, "pglimit_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), 1.0);
+    assert!(scrape.samples.iter().all(|s| s.labels.get("email").is_none() && s.labels.get("ip").is_none()));
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_policy_over_its_limit_is_counted_as_shadow_denied() {
+    let dir = temp_dir("shadow-metrics");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, policy("shadow", 1)).expect("policy file");
+    let service = start_on_fresh_database(&[("PGLIMIT_POLICIES", file.to_str().unwrap())], &dir).await;
+    let (status, first) = service.check(signup("192.0.2.1")).await;
+    assert_eq!((status, first["would_allow"].as_bool()), (200, Some(true)));
+    for _ in 0..2 {
+        let (status, over) = service.check(signup("192.0.2.1")).await;
+        assert_eq!(
+            (status, over["shadow"].as_bool(), over["would_allow"].as_bool()),
+            (200, Some(true), Some(false))
+        );
+    }
+
+    let scrape = scrape(&service).await;
+    assert_eq!(checks(&scrape, "signup", "allowed", "postgres"), 1.0);
+    let shadow_denied = checks(&scrape, "signup", "shadow_denied", "postgres")
+        + checks(&scrape, "signup", "shadow_denied", "deny_cache");
+    assert_eq!(shadow_denied, 2.0);
+    assert_eq!(
+        value(&scrape, "pglimit_bucket_denials_total", &[("policy", "signup"), ("bucket", "per_ip")]),
+        2.0
+    );
+    service.terminate();
+}
+
+/// Waits until `/readyz` shows the policies of `text` in force.
+async fn wait_for_policies(service: &Running, text: &str) {
+    let wanted = pglimit::policy::short_hash(text);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let url = format!("http://{}/readyz", service.addr);
+        let ready: Value = http_client().get(url).send().await.expect("readyz").json().await.expect("JSON");
+        if ready["policies"] == wanted.as_str() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "policies {wanted} never in force: {ready}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn hang_up(service: &Running) {
+    let pid = service.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().expect("kill").success());
+}
+
+/// Limit 5, one check; the limit becomes 2 in the file (`reload` makes
+/// the service read it); the 2nd check passes and the 3rd is refused.
+async fn a_lowered_limit_applies_to_the_count_so_far(watch: &str, reload: impl Fn(&Running)) {
+    let dir = temp_dir("reload");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, policy("enforce", 5)).expect("policy file");
+    let envs = [("PGLIMIT_POLICIES", file.to_str().unwrap()), ("PGLIMIT_WATCH_POLICIES", watch)];
+    let service = start_on_fresh_database(&envs, &dir).await;
+    assert_eq!(service.check(signup("192.0.2.7")).await.1["remaining"], 4);
+
+    std::fs::write(&file, policy("enforce", 2)).expect("rewrite");
+    reload(&service);
+    wait_for_policies(&service, &policy("enforce", 2)).await;
+    let (status, second) = service.check(signup("192.0.2.7")).await;
+    assert_eq!((status, second["limit"].as_u64(), second["remaining"].as_u64()), (200, Some(2), Some(0)));
+    assert_eq!(service.check(signup("192.0.2.7")).await.0, 429, "the 3rd check is over the new limit");
+    let scrape = scrape(&service).await;
+    assert_eq!(value(&scrape, "pglimit_policy_reloads_total", &[("result", "ok")]), 1.0);
+    assert_eq!(messages_containing(&service.log, "policies reloaded"), 1);
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_lowered_in_the_file_is_enforced_after_sighup_without_a_restart() {
+    a_lowered_limit_applies_to_the_count_so_far("false", hang_up).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_lowered_by_a_plain_write_to_the_file_is_enforced_without_a_signal() {
+    a_lowered_limit_applies_to_the_count_so_far("true", |_| {}).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_edit_keeps_the_policies_in_force_and_says_where_the_file_is_wrong() {
+    let dir = temp_dir("broken-reload");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, policy("enforce", 1)).expect("policy file");
+    let service = start_on_fresh_database(&[("PGLIMIT_POLICIES", file.to_str().unwrap())], &dir).await;
+
+    std::fs::write(&file, policy("enforce", 0)).expect("a limit of 0 is invalid");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while value(&scrape(&service).await, "pglimit_policy_reloads_total", &[("result", "error")]) < 1.0 {
+        assert!(Instant::now() < deadline, "the broken file was never read");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hang_up(&service); // a signal reads the same broken file: still nothing changes
+    wait_for_policies(&service, &policy("enforce", 1)).await;
+    assert_eq!(service.check(signup("192.0.2.8")).await.0, 200);
+    assert_eq!(service.check(signup("192.0.2.8")).await.0, 429, "the old limit of 1 holds");
+    let failed = log_lines(&service.log)
+        .into_iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.starts_with("policy reload failed")));
+    let message = failed.expect("a log line for the failed reload")["fields"]["message"].to_string();
+    assert!(message.contains("line 8, column 9"), "{message}");
+    assert_eq!(level_of(&service.log, "policy reload failed"), "ERROR");
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_debug_each_request_logs_one_line_with_its_id_policy_and_decision_and_no_identifier() {
+    let dir = temp_dir("request-log");
+    let service = start_on_fresh_database(&[("RUST_LOG", "info,pglimit=debug,tower_http=debug")], &dir).await;
+    let login =
+        json!({ "policy": "login", "identifiers": { "email": "who@example.com", "ip": "198.51.100.77" } });
+    let reply = http_client()
+        .post(format!("http://{}/check", service.addr))
+        .header("x-request-id", "trace-me-1")
+        .json(&login)
+        .send()
+        .await
+        .expect("reply");
+    assert_eq!(
+        (reply.status().as_u16(), reply.headers()["x-request-id"].to_str().ok()),
+        (200, Some("trace-me-1"))
+    );
+    let log = service.terminate();
+
+    let lines: Vec<Value> = log_lines(&log)
+        .into_iter()
+        .filter(|l| {
+            l["fields"]["message"] == "finished processing request" && l["span"]["request_id"] == "trace-me-1"
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for the request");
+    let (span, fields) = (&lines[0]["span"], &lines[0]["fields"]);
+    assert_eq!((span["method"].as_str(), span["path"].as_str()), (Some("POST"), Some("/check")));
+    assert_eq!((span["policy"].as_str(), span["decision"].as_str()), (Some("login"), Some("allowed")));
+    assert_eq!((lines[0]["level"].as_str(), fields["status"].as_u64()), (Some("DEBUG"), Some(200)));
+    assert!(fields["latency"].as_str().is_some_and(|l| l.ends_with("μs")), "{fields}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!text.contains("who@example.com") && !text.contains("198.51.100.77"), "an identifier was logged");
+}
