@@ -28,12 +28,15 @@
 //!   handlers, headers, auth, `serve`.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
 //! - [`config`], [`app`]: environment variables, and a service assembled from them.
+//! - [`cli`]: the command line (`serve`, `check-policies`, `migrate`); every
+//!   variable is also a flag, validated by [`config`].
 //! - [`pg_cluster`]: a private PostgreSQL for zero-config runs and tests.
 //!
 //! The design, with a check's path drawn out, is in `docs/design.md`.
 
 pub mod algorithm;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod limiter;

@@ -1,18 +1,24 @@
 use std::process::ExitCode;
 
-use pglimit::config::{Config, LogFormat};
+use pglimit::cli::{self, Run, Vars};
+use pglimit::config::{Config, ConfigError, LogFormat};
 use pglimit::pg_cluster::StopMode;
 use pglimit::Service;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match Config::from_env() {
+    match cli::parse() {
+        Run::Serve(vars) => serve(&vars).await,
+        Run::Migrate { url, vars } => migrate(&url, &vars).await,
+        Run::CheckPolicies(file) => cli::check_policies(&file),
+    }
+}
+
+async fn serve(vars: &Vars) -> ExitCode {
+    let config = match vars.config() {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("pglimit: configuration error: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return configuration_error(&e),
     };
     init_tracing(config.log_format);
     match run(config).await {
@@ -22,6 +28,29 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn migrate(url: &str, vars: &Vars) -> ExitCode {
+    let config = match vars.config_without_database() {
+        Ok(config) => config,
+        Err(e) => return configuration_error(&e),
+    };
+    init_tracing(config.log_format);
+    match pglimit::storage::migrate(url, config.unlogged).await {
+        Ok(()) => {
+            println!("pglimit: migrations applied");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pglimit: cannot apply migrations: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn configuration_error(e: &ConfigError) -> ExitCode {
+    eprintln!("pglimit: configuration error: {e}");
+    ExitCode::FAILURE
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {

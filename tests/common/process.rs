@@ -199,3 +199,18 @@ pub fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
         command(envs).env("PGLIMIT_LOG_FORMAT", "text").stderr(Stdio::piped()).output().expect("run pglimit");
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// As [`start`], with command-line arguments.
+pub fn start_with_args(args: &[&str], envs: &[(&str, &str)], dir: &Path) -> Running {
+    let log = dir.join(super::unique("pglimit.log"));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = command(envs).args(args).stderr(file).spawn().expect("spawn pglimit");
+    let mut running = Running { child, log, addr: String::new() };
+    running.addr = wait_for_listening(&running.log);
+    running
+}
+
+/// Runs the binary with `args` to completion, capturing stdout and stderr.
+pub fn output_of(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    command(envs).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).output().expect("run pglimit")
+}

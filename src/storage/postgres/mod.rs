@@ -27,6 +27,7 @@ use super::{Answer, CheckBatch, Held, Primary, Store, StoreError, Unabsorbed};
 use cleanup::Cleanup;
 use health::Health;
 use lane::{lane, Busy, Job};
+pub use session::migrate;
 use session::{classify, Session};
 
 /// How the Postgres store connects and cleans up.

@@ -60,6 +60,13 @@ impl Session {
     }
 }
 
+/// Applies the migrations and the table persistence to the database at `url`,
+/// then disconnects: for deploy pipelines that migrate before rolling out.
+pub async fn migrate(url: &str, unlogged: bool) -> Result<(), sqlx::Error> {
+    // A one-off command can afford to wait, e.g. behind another instance's migration.
+    Session::new(url, Duration::from_secs(30))?.prepare(unlogged).await
+}
+
 /// A database set up by a build from before the schema was squashed into one
 /// file (pre-release) has migrations this build does not know: say what to do.
 fn explain_migration(e: sqlx::migrate::MigrateError) -> sqlx::Error {
