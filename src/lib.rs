@@ -16,6 +16,8 @@
 //!
 //! Layers point one way: [`server`] → [`limiter`] → [`policy`] →
 //! [`algorithm`], and [`limiter`] → [`storage`] → [`algorithm`].
+//! [`telemetry`] sits below them all: limiter and storage record metrics
+//! through it, and it imports nothing of pglimit.
 //!
 //! - [`algorithm`]: the pure model: four algorithms, the limit rule, all or
 //!   nothing across buckets. Knows nothing of configuration or HTTP.
@@ -25,7 +27,12 @@
 //! - [`limiter`]: validates a request, derives its keys
 //!   ([`limiter::bucket_key`]), asks the store, shapes a [`limiter::Decision`].
 //! - [`server`]: the router (a function tests call without a socket),
-//!   handlers, headers, auth, `serve`.
+//!   handlers, headers, auth, the request layers (ids, logs, timeout,
+//!   panics), `/metrics`, `serve`.
+//! - [`telemetry`]: every metric's name and description, recorded through
+//!   the `metrics` facade and rendered by the Prometheus exporter.
+//! - [`reload`]: the policy file reloaded on SIGHUP and on change, swapped
+//!   in whole.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
 //! - [`config`], [`app`]: environment variables, and a service assembled from them.
 //! - [`cli`]: the command line (`serve`, `check-policies`, `migrate`); every

@@ -77,7 +77,7 @@ async fn a_paused_postgres_is_detected_by_timeout_and_checks_stay_fast() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
+async fn policies_choose_memory_allow_or_deny_when_postgres_is_away_and_shadow_never_refuses() {
     let _serial = SERIAL.lock().await;
     let file = common::policy_file(
         r#"
@@ -94,6 +94,16 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
         on_store_error = "deny"
         identifiers = { user = "text" }
         [[policies.closed.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 1
+        window = "1h"
+
+        [policies.watched]
+        on_store_error = "deny"
+        mode = "shadow"
+        identifiers = { user = "text" }
+        [[policies.watched.buckets]]
         name = "user"
         on = ["user"]
         limit = 1
@@ -122,6 +132,13 @@ async fn policies_choose_memory_allow_or_deny_when_postgres_is_away() {
         assert_eq!(reply.body["status"], 503, "{}", reply.body);
         assert_eq!(reply.body["type"], "urn:pglimit:problem:store-unavailable", "{}", reply.body);
         assert!(reply.body["title"].as_str().is_some_and(|t| !t.is_empty()), "{}", reply.body);
+        // In shadow, even a fail-closed policy never turns traffic away.
+        let reply = check(&app, json!({ "policy": "watched", "identifiers": { "user": "u1" } })).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert_eq!(
+            (reply.body["shadow"].as_bool(), reply.body["store"].as_str()),
+            (Some(true), Some("none"))
+        );
     }
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;

@@ -86,9 +86,13 @@ impl<S: Store> Limiter<S> {
         let started = Instant::now();
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
-        let answer = answer.inspect_err(|_| telemetry::check(&plan.label, "error", "none", took))?;
+        let (answer, refused) =
+            answer.inspect_err(|_| telemetry::check(&plan.label, "error", "none", took))?;
         let store = if answer.cached { "deny_cache" } else { answer.store.as_str() };
-        let decision = Decision::new(&plan.batch.buckets, answer).shadowed(plan.shadow);
+        let mut decision = Decision::new(&plan.batch.buckets, answer).shadowed(plan.shadow);
+        if refused {
+            decision.would_allow = Some(false);
+        }
         telemetry::check(&plan.label, decision.outcome(), store, took);
         for bucket in decision.buckets.iter().filter(|b| !b.allowed) {
             telemetry::bucket_denied(&plan.label, &bucket.name);
@@ -96,13 +100,16 @@ impl<S: Store> Limiter<S> {
         Ok(decision)
     }
 
-    async fn ask(&self, plan: &Plan) -> Result<Answer, CheckError> {
+    /// The store's answer, and whether enforcing would have refused the
+    /// check outright (a fail-closed policy with Postgres away): a shadow
+    /// policy is admitted uncounted then, as it never turns traffic away.
+    async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
         match self.store.check(&plan.batch).await {
-            Ok(answer) => Ok(answer),
-            // A shadow policy never turns traffic away, whatever it says for an outage.
-            Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow || plan.shadow => {
-                Ok(admit_uncounted(&plan.batch))
+            Ok(answer) => Ok((answer, false)),
+            Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow => {
+                Ok((admit_uncounted(&plan.batch), false))
             }
+            Err(StoreError::Unavailable) if plan.shadow => Ok((admit_uncounted(&plan.batch), true)),
             Err(StoreError::Unavailable) => Err(CheckError::StoreUnavailable),
             Err(e) => {
                 tracing::error!(error = %e, "fallback store failed");

@@ -15,7 +15,7 @@ use super::layers;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::algorithm::Algorithm;
 use crate::error::Error;
-use crate::limiter::{CheckRequest, Decision};
+use crate::limiter::{CheckError, CheckRequest, Decision};
 
 pub async fn check(
     State(state): State<AppState>,
@@ -28,9 +28,14 @@ pub async fn check(
         _ => Error::MalformedJson(rejection.body_text()),
     })?;
     let request = parse(&body)?;
-    let decision = state.limiter.check(&request).await?;
-    layers::record_outcome(request.policy_label(), decision.outcome());
-    Ok(respond(decision))
+    let decision = state.limiter.check(&request).await;
+    // An invalid request's policy name is the caller's text, not configuration: left out.
+    match &decision {
+        Ok(decision) => layers::record_outcome(request.policy_label(), decision.outcome()),
+        Err(CheckError::StoreUnavailable) => layers::record_outcome(request.policy_label(), "error"),
+        Err(CheckError::Invalid(_)) => {}
+    }
+    Ok(respond(decision?))
 }
 
 fn respond(decision: Decision) -> Response {
