@@ -27,7 +27,7 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
     #[error("cannot connect to PostgreSQL or apply migrations: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("cannot watch the policy file for changes: {0}")]
+    #[error("cannot watch the policy file for changes, or catch SIGHUP: {0}")]
     Watch(std::io::Error),
     #[error(
         "refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. \
@@ -77,10 +77,9 @@ impl Service {
         let store = DenyCache::new(store, config.memory_capacity);
         let limiter = Arc::new(Limiter::new(store, policies, secret).shadow_everything(config.shadow));
         let mut background = Background::default();
-        if let Some(path) = &config.policies {
-            let reloader = crate::reload::spawn(path.clone(), config.watch_policies, Arc::clone(&limiter));
-            background.0.push(reloader.map_err(StartError::Watch)?);
-        }
+        let reloader =
+            crate::reload::spawn(config.policies.clone(), config.watch_policies, Arc::clone(&limiter));
+        background.0.push(reloader.map_err(StartError::Watch)?);
         if let Some(endpoint) = &metrics {
             background.0.push(upkeep(endpoint.handle.clone()));
         }

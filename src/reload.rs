@@ -53,15 +53,20 @@ pub fn reload<S: Store>(path: &Path, limiter: &Limiter<S>) -> Result<Reloaded, c
 }
 
 /// Reloads `path` on every SIGHUP and, if `watch`, whenever its directory
-/// reports a change to it, until the task is aborted.
+/// reports a change to it, until the task is aborted. Without a file
+/// (built-in policies) SIGHUP is still caught, so that a reload signal
+/// sent by habit does not terminate the service.
 pub fn spawn<S: Store>(
-    path: PathBuf,
+    path: Option<PathBuf>,
     watch: bool,
     limiter: Arc<Limiter<S>>,
 ) -> std::io::Result<JoinHandle<()>> {
     let mut hangup = signal(SignalKind::hangup())?;
     let (changed, mut changes) = mpsc::channel(1);
-    let watcher = if watch { Some(watch_file(&path, changed).map_err(std::io::Error::other)?) } else { None };
+    let watcher = match &path {
+        Some(path) if watch => Some(watch_file(path, changed).map_err(std::io::Error::other)?),
+        _ => None,
+    };
     Ok(tokio::spawn(async move {
         let _watcher = watcher; // watching stops when it is dropped
         loop {
@@ -74,7 +79,12 @@ pub fn spawn<S: Store>(
                 }
                 else => return,
             };
-            log_outcome(trigger, &path, reload(&path, &limiter));
+            match &path {
+                Some(path) => log_outcome(trigger, path, reload(path, &limiter)),
+                None => tracing::info!(
+                    "SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay"
+                ),
+            }
         }
     }))
 }

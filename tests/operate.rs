@@ -239,3 +239,19 @@ async fn at_debug_each_request_logs_one_line_with_its_id_policy_and_decision_and
     let text = std::fs::read_to_string(&log).expect("log");
     assert!(!text.contains("who@example.com") && !text.contains("198.51.100.77"), "an identifier was logged");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_without_a_policy_file_keeps_serving_the_built_in_policies() {
+    let dir = temp_dir("hangup-builtin");
+    let service = start_on_fresh_database(&[], &dir).await;
+    hang_up(&service);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while messages_containing(&service.log, "no policy file (PGLIMIT_POLICIES) to reload") == 0 {
+        assert!(Instant::now() < deadline, "SIGHUP was not caught");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let login =
+        json!({ "policy": "login", "identifiers": { "email": "b@example.com", "ip": "198.51.100.5" } });
+    assert_eq!(service.check(login).await.0, 200, "still serving after SIGHUP");
+    service.terminate();
+}
