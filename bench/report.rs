@@ -6,8 +6,15 @@
 //! `statements`, and `pgbench.out` + `txlog.*` or `wrk.out` + `probe.*` +
 //! `cpu`); META_FILE holds `key=value` lines about the run (machine, versions,
 //! command). Prints the report, writes it to OUT.md, and exits 1 if a
-//! measurement produced no numbers or answered with the wrong status (nothing
-//! is asserted about speed); 2 on a usage error.
+//! measurement produced no numbers or answered with the wrong status, if a
+//! system or one of pglimit's comparison runs is missing, or if /metrics did
+//! not answer as the metrics setting says (nothing is asserted about speed);
+//! 2 on a usage error.
+//!
+//! Under the table, the deny path against the HTTP ceiling: pglimit's
+//! requests/s as a fraction of the ceiling's at each client count, with
+//! metrics on and off and (with BENCH_BASELINE) at the baseline revision, so
+//! that a fall of that fraction can be read off directly.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -17,16 +24,28 @@ use std::process::ExitCode;
 
 const NAN: f64 = f64::NAN;
 
+/// How far pglimit's deny-path fraction of the HTTP ceiling may fall against
+/// metrics off or the baseline before the report marks it (the budget of the
+/// metrics change: "must not fall by more than 5%").
+const DENY_BUDGET_PERCENT: f64 = 5.0;
+
+/// pglimit, at any revision or setting: its probes must be decided by Postgres.
+fn is_pglimit(system: &str) -> bool {
+    matches!(system, "pglimit" | "pglimit-nometrics" | "baseline")
+}
+
 const SCENARIOS: [(&str, &str); 4] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
 ];
-const SYSTEMS: [(&str, &str); 6] = [
+const SYSTEMS: [(&str, &str); 7] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
+    // The same binary with PGLIMIT_METRICS=false, measured right after pglimit.
+    ("pglimit-nometrics", "pglimit, metrics off"),
     // Only with BENCH_BASELINE; its label names the revision (see `table`).
     ("baseline", "pglimit (baseline)"),
     ("rlflex", "rate-limiter-flexible (Node, pg)"),
@@ -180,8 +199,7 @@ fn wrk_record(dir: &Path, system: &str) -> Record {
         let answered = if probe.is_empty() { "nothing" } else { &probe };
         problems.push(format!("probe answered {answered}, expected {expect}"));
     }
-    let pglimit = matches!(system, "pglimit" | "baseline");
-    if pglimit && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
+    if is_pglimit(system) && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
         problems.push("probe not decided by Postgres".to_string());
     }
     let mut record = record(problems);
@@ -317,13 +335,14 @@ fn main() -> ExitCode {
         }
     };
     let clk_tck = meta.get("clk_tck").filter(|v| !v.is_empty()).map_or(100.0, |v| number(v));
-    let records = match collect(Path::new(results_dir), clk_tck) {
+    let mut records = match collect(Path::new(results_dir), clk_tck) {
         Ok(records) => records,
         Err(e) => {
             eprintln!("bench/run: cannot read {results_dir}: {e}");
             return ExitCode::from(2);
         }
     };
+    check_metrics_endpoints(&mut records, &meta);
     let report = render(&records, &meta);
     if let Err(e) = std::fs::write(out_file, &report) {
         eprintln!("bench/run: cannot write {out_file}: {e}");
@@ -331,12 +350,64 @@ fn main() -> ExitCode {
     }
     print!("{report}");
     let failed = records.iter().filter(|r| !r.problems.is_empty()).count();
-    let expected = 5 + 1; // at least one measurement per system
-    if records.len() < expected || failed > 0 {
+    let missing = missing(&records, &meta);
+    if !missing.is_empty() {
+        eprintln!("bench/run: missing measurements: {}", missing.join(", "));
+    }
+    if failed > 0 {
         eprintln!("bench/run: {failed} measurement(s) with problems (see the check column)");
+    }
+    if failed > 0 || !missing.is_empty() {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// What the run should have measured and did not: a system without a single
+/// measurement (the baseline only when the meta names one), or a scenario
+/// and client count of pglimit's without its metrics-off (or baseline) twin.
+fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
+    let with_baseline = meta.get("baseline").is_some_and(|b| !b.is_empty());
+    let has = |system: &str| records.iter().any(|r| r.system == system);
+    let mut missing: Vec<String> = SYSTEMS
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| (*id != "baseline" || with_baseline) && !has(id))
+        .map(str::to_string)
+        .collect();
+    let twins =
+        if with_baseline { &["pglimit-nometrics", "baseline"][..] } else { &["pglimit-nometrics"][..] };
+    for r in records.iter().filter(|r| r.system == "pglimit") {
+        for twin in twins {
+            let found = records
+                .iter()
+                .any(|t| t.system == *twin && t.scenario == r.scenario && t.concurrency == r.concurrency);
+            if !found && has(twin) {
+                missing.push(format!("{twin} {} c={}", r.scenario, js_number(r.concurrency)));
+            }
+        }
+    }
+    missing
+}
+
+/// bench/run asks each pglimit instance for /metrics before stopping it: 200
+/// with metrics on (pglimit), 404 with PGLIMIT_METRICS=false; anything else
+/// means the setting did not take, and every measurement of that instance is
+/// marked. A meta without the status (an older run) is not checked.
+fn check_metrics_endpoints(records: &mut [Record], meta: &HashMap<String, String>) {
+    for (system, key, expected) in [
+        ("pglimit", "pglimit_metrics_status", "200"),
+        ("pglimit-nometrics", "nometrics_metrics_status", "404"),
+    ] {
+        let Some(status) = meta.get(key).map(|s| s.trim()) else { continue };
+        if status == expected {
+            continue;
+        }
+        let answered = if status.is_empty() { "nothing" } else { status };
+        for r in records.iter_mut().filter(|r| r.system == system) {
+            r.problems.push(format!("/metrics answered {answered}, expected {expected}"));
+        }
+    }
 }
 
 fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
@@ -393,8 +464,9 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
 }
 
 /// The table; with `baseline` (the short revision of BENCH_BASELINE), a
-/// "× baseline" column and the baseline's rows named after it.
-fn table(records: &[Record], baseline: Option<&str>) -> String {
+/// "× baseline" column and the baseline's rows named after it; with
+/// `metrics_off` (pglimit-nometrics was measured), a "× metrics off" column.
+fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> String {
     let find = |system: &str, scenario: &str, concurrency: f64| {
         records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
     };
@@ -405,28 +477,35 @@ fn table(records: &[Record], baseline: Option<&str>) -> String {
     let name = |names: &[(&str, &'static str)], id: &str| {
         names.iter().find(|(k, _)| *k == id).map_or_else(|| id.to_string(), |(_, v)| v.to_string())
     };
-    // The "× baseline" column, after "Postgres ms / statement", only in a run with a baseline.
+    // After "Postgres ms / statement": "× metrics off", only in a run that measured
+    // pglimit-nometrics, then "× baseline", only in a run with a baseline.
+    let (metrics_off_head, metrics_off_rule) =
+        if metrics_off { ("| × metrics off ", "---:|") } else { ("", "") };
     let (baseline_head, baseline_rule) =
         if baseline.is_some() { ("| × baseline ", "---:|") } else { ("", "") };
     let mut rows = vec![
         format!(
             "| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision \
-             | Postgres ms / statement {baseline_head}| × raw Postgres | × HTTP ceiling \
+             | Postgres ms / statement {metrics_off_head}{baseline_head}| × raw Postgres | × HTTP ceiling \
              | × rate-limiter-flexible | × runlimit-postgres | CPU µs / request: service · Postgres · rest \
              | check |"
         ),
-        format!("|---|---|---:|---:|---:|---:|---:|---:|{baseline_rule}---:|---:|---:|---:|---:|---|"),
+        format!(
+            "|---|---|---:|---:|---:|---:|---:|---:|{metrics_off_rule}{baseline_rule}---:|---:|---:|---:|---:|---|"
+        ),
     ];
     for r in records {
         let (system, scenario, conc) = (r.system.as_str(), r.scenario.as_str(), r.concurrency);
-        let http = matches!(system, "pglimit" | "baseline" | "rlflex" | "runlimit");
+        let http = is_pglimit(system) || matches!(system, "rlflex" | "runlimit");
         let raw_shape = matches!(scenario, "allow-random" | "allow-hot");
         let vs_raw = if http && raw_shape { ratio(r, find("raw-pg", scenario, conc)) } else { String::new() };
         let vs_ceiling = if http { ratio(r, find("ceiling", "allow-random", conc)) } else { String::new() };
         let mut vs_peer = String::new();
         let mut vs_runlimit = String::new();
+        let mut vs_metrics_off = String::new();
         let mut vs_baseline = String::new();
         if system == "pglimit" {
+            vs_metrics_off = ratio(r, find("pglimit-nometrics", scenario, conc));
             vs_baseline = ratio(r, find("baseline", scenario, conc));
             vs_runlimit = ratio(r, find("runlimit", scenario, conc));
             vs_peer = ratio(r, find("rlflex", scenario, conc));
@@ -454,9 +533,11 @@ fn table(records: &[Record], baseline: Option<&str>) -> String {
             Some(rev) if system == "baseline" => format!("pglimit at {rev} (baseline)"),
             _ => name(&SYSTEMS, system),
         };
+        let vs_metrics_off = if metrics_off { format!("{vs_metrics_off} | ") } else { String::new() };
         let vs_baseline = if baseline.is_some() { format!("{vs_baseline} | ") } else { String::new() };
         rows.push(format!(
-            "| {label} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_baseline}{vs_raw} | {vs_ceiling} \
+            "| {label} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_metrics_off}{vs_baseline}{vs_raw} \
+             | {vs_ceiling} \
              | {vs_peer} | {vs_runlimit} | {} | {check} |",
             name(&SCENARIOS, scenario),
             js_number(conc),
@@ -469,6 +550,79 @@ fn table(records: &[Record], baseline: Option<&str>) -> String {
     rows.join("\n")
 }
 
+/// The deny path against the HTTP ceiling, one row per client count at which
+/// pglimit's deny path was measured: the ceiling's requests/s, then pglimit's
+/// requests/s over it with metrics on, with metrics off and (with `baseline`)
+/// at the baseline revision, and pglimit's fraction against each of the other
+/// two as a change in percent, marked when it falls by more than the budget.
+/// None when pglimit's deny path was not measured.
+fn deny_vs_ceiling(records: &[Record], baseline: Option<&str>) -> Option<String> {
+    let find = |system: &str, scenario: &str, concurrency: f64| {
+        records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
+    };
+    // requests/s over the ceiling's; NaN when either is missing or not positive.
+    let fraction = |r: Option<&Record>, ceiling: Option<&Record>| match (r, ceiling) {
+        (Some(r), Some(c)) if r.rps > 0.0 && c.rps > 0.0 => r.rps / c.rps,
+        _ => NAN,
+    };
+    let shown = |x: f64| if x.is_finite() { fixed(x, 3) } else { String::new() };
+    let change = |now: f64, then: f64| {
+        if !(now.is_finite() && then.is_finite() && then > 0.0) {
+            return String::new();
+        }
+        let percent = 100.0 * (now / then - 1.0);
+        let sign = if percent >= 0.0 { "+" } else { "" };
+        let text = format!("{sign}{}%", fixed(percent, 1));
+        if percent < -DENY_BUDGET_PERCENT {
+            format!("**{text}** (over {}%)", js_number(DENY_BUDGET_PERCENT))
+        } else {
+            text
+        }
+    };
+    let mut clients: Vec<f64> = records
+        .iter()
+        .filter(|r| r.system == "pglimit" && r.scenario == "deny")
+        .map(|r| r.concurrency)
+        .collect();
+    if clients.is_empty() {
+        return None;
+    }
+    clients.sort_by(|a, b| a.partial_cmp(b).unwrap_or(Ordering::Equal));
+    clients.dedup();
+    let (baseline_head, baseline_rule) = match baseline {
+        Some(rev) => {
+            (format!(" pglimit at {rev} (baseline) × ceiling | pglimit vs baseline |"), "---:|---:|")
+        }
+        None => (String::new(), ""),
+    };
+    let mut rows = vec![
+        format!(
+            "| clients | HTTP ceiling requests/s | **pglimit** × ceiling | pglimit, metrics off × ceiling \
+             | pglimit vs metrics off |{baseline_head}"
+        ),
+        format!("|---:|---:|---:|---:|---:|{baseline_rule}"),
+    ];
+    for conc in clients {
+        let ceiling = find("ceiling", "allow-random", conc);
+        let pglimit = fraction(find("pglimit", "deny", conc), ceiling);
+        let off = fraction(find("pglimit-nometrics", "deny", conc), ceiling);
+        let mut row = format!(
+            "| {} | {} | {} | {} | {} |",
+            js_number(conc),
+            ceiling.map_or_else(String::new, |c| int(c.rps)),
+            shown(pglimit),
+            shown(off),
+            change(pglimit, off)
+        );
+        if baseline.is_some() {
+            let base = fraction(find("baseline", "deny", conc), ceiling);
+            write!(row, " {} | {} |", shown(base), change(pglimit, base)).expect("a String");
+        }
+        rows.push(row);
+    }
+    Some(rows.join("\n"))
+}
+
 fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     let undefined = "undefined".to_string();
     let m = |key: &str| meta.get(key).unwrap_or(&undefined).as_str();
@@ -478,6 +632,10 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     let baseline = meta.get("baseline").map(String::as_str).filter(|b| !b.is_empty());
     let baseline =
         baseline.or_else(|| records.iter().any(|r| r.system == "baseline").then_some("an unknown revision"));
+    let metrics_off = records.iter().any(|r| r.system == "pglimit-nometrics");
+    // What /metrics answered before each instance stopped, as bench/run recorded it.
+    let metrics_status =
+        |key: &str| meta.get(key).map(|s| s.trim()).filter(|s| !s.is_empty()).map_or("not recorded", |s| s);
     let mut lines = vec![
         format!("# pglimit throughput, {}{smoke}", m("date")),
         String::new(),
@@ -508,11 +666,22 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("rustc")
         ),
     ];
+    if metrics_off {
+        lines.push(format!(
+            "- pglimit, metrics off: the same binary with `PGLIMIT_METRICS=false` (no metrics recorder: every \
+             metrics call a no-op), otherwise the same settings, its migrations in a database of its own \
+             (`nometrics`), the deny keys prefilled as for pglimit; measured right after pglimit. \
+             /metrics answered {} with metrics on, {} with metrics off",
+            metrics_status("pglimit_metrics_status"),
+            metrics_status("nometrics_metrics_status")
+        ));
+    }
     if let Some(rev) = baseline {
+        let after = if metrics_off { "pglimit and its metrics-off run" } else { "pglimit" };
         lines.push(format!(
             "- Baseline: pglimit at {rev} (`BENCH_BASELINE={}`), built from a git worktree of that revision, \
              release build, default settings, its migrations in a database of its own (`baseline`); \
-             measured right after pglimit",
+             measured right after {after}",
             m("baseline_rev")
         ));
     }
@@ -534,36 +703,86 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("wrk")
         ),
         String::new(),
-        table(records, baseline),
+        table(records, baseline, metrics_off),
         String::new(),
-        format!(
-            "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
-             of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}.",
-            mib(meta.get("pglimit_rss_kib")),
-            mib(meta.get("rlflex_rss_kib")),
-            mib(meta.get("runlimit_rss_kib"))
-        ),
     ]);
+    if let Some(deny) = deny_vs_ceiling(records, baseline) {
+        lines.extend([
+            "Deny path against the HTTP ceiling: requests/s over the ceiling's at the same client count \
+             (see *Deny path against the HTTP ceiling* below)."
+                .to_string(),
+            String::new(),
+            deny,
+            String::new(),
+        ]);
+    }
+    lines.push(format!(
+        "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
+         of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}.",
+        mib(meta.get("pglimit_rss_kib")),
+        mib(meta.get("rlflex_rss_kib")),
+        mib(meta.get("runlimit_rss_kib"))
+    ));
+    if metrics_off {
+        lines.push(format!(
+            "- Peak RSS (VmHWM) of pglimit with metrics off over all its measurements: {}.",
+            mib(meta.get("nometrics_rss_kib"))
+        ));
+    }
     if let Some(rev) = baseline {
         lines.push(format!(
             "- Peak RSS (VmHWM) of pglimit at {rev} (baseline) over all its measurements: {}.",
             mib(meta.get("baseline_rss_kib"))
         ));
     }
+    let warnings_off = match meta.get("nometrics_warnings").filter(|w| !w.is_empty()) {
+        Some(w) if metrics_off => format!(" ({w} with metrics off)"),
+        None if metrics_off => " (with metrics off: not recorded)".to_string(),
+        _ => String::new(),
+    };
     lines.push(format!(
-        "- pglimit logged {warnings} warning or error lines; /readyz at the end: `{}`.",
+        "- pglimit logged {warnings} warning or error lines{warnings_off}; /readyz at the end: `{}`.",
         m("pglimit_readyz")
     ));
     let mut report = lines.join("\n");
     report.push_str("\n\n");
     report.push_str(HOW_TO_READ);
+    if metrics_off {
+        writeln!(
+            report,
+            "- *× metrics off*: pglimit's requests/s over those of the same binary with \
+             `PGLIMIT_METRICS=false` in the same scenario and client count, measured right after pglimit in \
+             this run: below 1, the metrics cost that much (the tower-http layers are on in both). Its \
+             statements are those of its own database (`nometrics`), its probe too must have been decided by \
+             Postgres, and /metrics must have answered 200 with metrics on and 404 with them off."
+        )
+        .expect("a String");
+    }
     if let Some(rev) = baseline {
+        let after = if metrics_off { "pglimit and its metrics-off run" } else { "pglimit" };
         writeln!(
             report,
             "- *× baseline*: pglimit's requests/s over those of pglimit at {rev} (`BENCH_BASELINE`) in the \
-             same scenario and client count, the baseline measured right after pglimit in this run: below \
+             same scenario and client count, the baseline measured in this run right after {after}: below \
              1, the current code is slower. The baseline's statements are those of its own database \
              (`baseline`), and its probe too must have been decided by Postgres."
+        )
+        .expect("a String");
+    }
+    if records.iter().any(|r| r.system == "pglimit" && r.scenario == "deny") {
+        let whom = if baseline.is_some() {
+            "for pglimit, for pglimit with metrics off and for the baseline"
+        } else {
+            "for pglimit and for pglimit with metrics off"
+        };
+        writeln!(
+            report,
+            "- *Deny path against the HTTP ceiling*: {whom}, the deny \
+             path's requests/s over the HTTP ceiling's (its only scenario: parse the JSON, answer a fixed \
+             body) at the same client count, to three decimals; *pglimit vs …*: pglimit's fraction over the \
+             other's, minus 1, in percent (the ceiling is the same, so it is also the change in requests/s). \
+             A fall of more than {}% is in bold and marked.",
+            js_number(DENY_BUDGET_PERCENT)
         )
         .expect("a String");
     }
