@@ -27,8 +27,8 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
     #[error("cannot connect to PostgreSQL or apply migrations: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("cannot watch the policy file for changes, or catch SIGHUP: {0}")]
-    Watch(std::io::Error),
+    #[error("cannot catch SIGHUP: {0}")]
+    Signal(std::io::Error),
     #[error(
         "refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. \
          Set PGLIMIT_API_TOKENS, or bind to a loopback address"
@@ -60,6 +60,7 @@ impl Service {
         if config.api_tokens.is_empty() && !config.bind.ip().is_loopback() {
             return Err(StartError::OpenOnNetwork(config.bind));
         }
+        let hangup = crate::reload::catch_hangup().map_err(StartError::Signal)?;
         let policies = match &config.policies {
             Some(path) => Policies::load(path)?,
             None => Policies::builtin(),
@@ -77,9 +78,13 @@ impl Service {
         let store = DenyCache::new(store, config.memory_capacity);
         let limiter = Arc::new(Limiter::new(store, policies, secret).shadow_everything(config.shadow));
         let mut background = Background::default();
-        let reloader =
-            crate::reload::spawn(config.policies.clone(), config.watch_policies, Arc::clone(&limiter));
-        background.0.push(reloader.map_err(StartError::Watch)?);
+        let policies = config.policies.clone();
+        background.0.push(crate::reload::spawn(
+            policies,
+            config.watch_policies,
+            Arc::clone(&limiter),
+            hangup,
+        ));
         if let Some(endpoint) = &metrics {
             background.0.push(upkeep(endpoint.handle.clone()));
         }

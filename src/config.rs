@@ -139,7 +139,9 @@ impl Config {
                 }
             },
             metrics: boolean(&get, "PGLIMIT_METRICS", true)?,
-            metrics_token: get("PGLIMIT_METRICS_TOKEN"),
+            metrics_token: get("PGLIMIT_METRICS_TOKEN")
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty()),
             shadow: boolean(&get, "PGLIMIT_SHADOW", false)?,
             watch_policies: boolean(&get, "PGLIMIT_WATCH_POLICIES", true)?,
             request_timeout: Duration::ZERO,

@@ -46,7 +46,10 @@ pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let handle = builder().install_recorder().unwrap_or_else(|_| builder().build_recorder().handle());
+            let handle = builder().install_recorder().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "another metrics recorder is installed: /metrics will stay empty");
+                builder().build_recorder().handle()
+            });
             describe();
             gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             gauge!(DEGRADED).set(0.0);

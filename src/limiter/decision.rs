@@ -107,9 +107,12 @@ impl Decision {
         Self { allowed: true, retry_after_s: None, shadow, would_allow, ..self }
     }
 
-    /// `allowed`, `denied` or `shadow_denied`, as metrics count it.
+    /// `allowed`, `denied`, `shadow_denied` or `error`, as metrics count it.
+    /// A shadow check that enforcing would have refused for an outage (no
+    /// store decided it) is an `error`, not a would-be denial by a limit.
     pub fn outcome(&self) -> &'static str {
         match (self.allowed, self.would_allow) {
+            (true, Some(false)) if self.store == StoreKind::None => "error",
             (true, Some(false)) => "shadow_denied",
             (true, _) => "allowed",
             (false, _) => "denied",

@@ -1,12 +1,13 @@
 //! What wraps every request: an id, a log line, a time limit, and a panic
 //! turned into a problem document. All from tower and tower-http.
 //!
-//! The id is the caller's `x-request-id` if it sent one, else a new UUID;
-//! it is echoed on every answer (problem documents included) and is a field
-//! of the request's span, so every line logged while serving it carries it.
-//! The span and its closing line ("finished processing request": status,
-//! latency, policy, decision) are at `debug`, so they cost nothing at the
-//! default log level: `RUST_LOG=info,pglimit=debug` turns them on.
+//! The id is the caller's `x-request-id` if it sent a plain one, else a new
+//! UUID; it is echoed on every answer (problem documents included) and is
+//! a field of the request's span. The span and its closing line ("finished
+//! processing request": status, latency, policy, decision) are at `debug`,
+//! so they cost nothing at the default log level;
+//! `RUST_LOG=info,pglimit=debug,tower_http=debug` turns them on, and then
+//! every line logged while serving a request carries its id.
 
 use std::any::Any;
 use std::time::Duration;
@@ -25,7 +26,8 @@ use tracing::{Level, Span};
 
 use crate::error::Error;
 
-/// Wraps `router` in the layers, outermost first.
+/// Wraps `router` in the layers, outermost first (public for tests, which
+/// wrap routes of their own that panic or stall).
 pub fn wrap(router: Router, request_timeout: Duration) -> Router {
     let trace = TraceLayer::new_for_http()
         .make_span_with(request_span)
@@ -36,6 +38,7 @@ pub fn wrap(router: Router, request_timeout: Duration) -> Router {
         .on_failure(());
     router.layer(
         ServiceBuilder::new()
+            .map_request(drop_unfit_request_id)
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(trace)
             .layer(PropagateRequestIdLayer::x_request_id())
@@ -44,6 +47,25 @@ pub fn wrap(router: Router, request_timeout: Duration) -> Router {
             .timeout(request_timeout),
     )
 }
+
+/// Longest caller-chosen request id kept.
+const MAX_REQUEST_ID: usize = 128;
+
+/// A caller's id is kept only if it is short and plain (letters, digits,
+/// `.`, `_`, `:`, `-`): it is echoed and logged, so it must not carry a
+/// log line's worth of anything. Otherwise a new one is made.
+fn drop_unfit_request_id(mut request: Request<Body>) -> Request<Body> {
+    let fit = |v: &[u8]| {
+        (1..=MAX_REQUEST_ID).contains(&v.len())
+            && v.iter().all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(b))
+    };
+    if request.headers().get(X_REQUEST_ID).is_some_and(|v| !fit(v.as_bytes())) {
+        request.headers_mut().remove(X_REQUEST_ID);
+    }
+    request
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// The policy and decision are recorded into it by the check handler
 /// ([`record_outcome`]).
@@ -78,7 +100,7 @@ async fn timeout_problem(error: BoxError) -> Error {
 
 /// A handler panicked: log why, answer 500 with a problem document. The
 /// connection stays usable and the service keeps serving.
-pub fn panic_problem(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
+fn panic_problem(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)

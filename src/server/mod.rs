@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 pub use auth::Auth;
 pub use check::parse as parse_check_body;
 pub use headers::rate_limit_headers;
-pub use layers::panic_problem;
+pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;

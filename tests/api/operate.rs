@@ -3,8 +3,12 @@
 //! counts, reloads and the CLI are checked on the real binary, in
 //! `tests/operate.rs`: the metrics recorder is one per process.)
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;
@@ -34,6 +38,11 @@ async fn every_answer_carries_a_request_id_the_callers_own_when_it_sent_one() {
     let problem = send(&app, mine).await;
     assert_eq!(problem.status, StatusCode::BAD_REQUEST);
     assert_eq!(problem.header("x-request-id"), "req-42");
+
+    let unfit =
+        Request::get("/healthz").header("x-request-id", "has spaces in it").body(Body::empty()).unwrap();
+    let replaced = send(&app, unfit).await;
+    assert_eq!(replaced.header("x-request-id").len(), 36, "an id with spaces is replaced by a UUID");
 
     let missing = send(&app, Request::get("/nowhere").body(Body::empty()).unwrap()).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
@@ -120,4 +129,43 @@ async fn metrics_are_open_on_loopback_and_take_the_metrics_token_once_one_is_set
 
     let off = instance(&url, &[("PGLIMIT_METRICS", "false")]).await;
     assert_eq!(scrape(&off, None).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn metrics_on_a_network_bind_take_an_api_token() {
+    let url = fresh_database().await;
+    let exposed = instance(&url, &[("PGLIMIT_BIND", "0.0.0.0:0"), ("PGLIMIT_API_TOKENS", "app")]).await;
+    assert_eq!(scrape(&exposed, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(scrape(&exposed, Some("app")).await.0, StatusCode::OK);
+}
+
+async fn boom() -> &'static str {
+    panic!("a bug")
+}
+
+async fn call(app: &Router, path: &str) -> axum::response::Response {
+    app.clone().oneshot(Request::get(path).body(Body::empty()).unwrap()).await.expect("an answer")
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_a_500_problem_with_its_request_id_and_the_service_carries_on() {
+    let routes = Router::new().route("/boom", get(boom)).route("/fine", get(|| async { "fine" }));
+    let app = pglimit::server::wrap_in_layers(routes, Duration::from_secs(30));
+    let reply = call(&app, "/boom").await;
+    assert_eq!(reply.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(reply.headers()["content-type"], "application/problem+json");
+    assert_eq!(reply.headers()["x-request-id"].len(), 36);
+    assert_eq!(call(&app, "/fine").await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_over_the_timeout_answers_a_503_problem_with_retry_after() {
+    // The handler would take an hour; the timeout is 50 ms.
+    let routes = Router::new().route("/stuck", get(|| tokio::time::sleep(Duration::from_secs(3600))));
+    let app = pglimit::server::wrap_in_layers(routes, Duration::from_millis(50));
+    let reply = call(&app, "/stuck").await;
+    assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.headers()["retry-after"], "1");
+    assert_eq!(reply.headers()["content-type"], "application/problem+json");
+    assert_eq!(reply.headers()["x-request-id"].len(), 36);
 }
