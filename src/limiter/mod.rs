@@ -143,6 +143,7 @@ impl<S: Store> Limiter<S> {
                     limit: valid.limit,
                     window: valid.window,
                     algorithm: valid.algorithm,
+                    lockout: None,
                 };
                 // Ad hoc keys fall back as a policy does by default.
                 let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
@@ -179,6 +180,7 @@ impl<S: Store> Limiter<S> {
                 limit: b.limit,
                 window: b.window,
                 algorithm: b.algorithm,
+                lockout: None,
             }
         });
         Ok(buckets.collect())
@@ -200,7 +202,7 @@ fn admit_uncounted(batch: &CheckBatch) -> Answer {
     let buckets = batch
         .buckets
         .iter()
-        .map(|b| BucketAnswer { allowed: true, remaining: b.limit, reset_at: now, retry_at: None })
+        .map(|b| BucketAnswer { allowed: true, remaining: b.limit, reset_at: now, retry_at: None, blocked: false })
         .collect();
     Answer { buckets, now, store: StoreKind::None, degraded: true, cached: false }
 }

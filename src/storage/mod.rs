@@ -40,6 +40,15 @@ pub struct BucketSpec {
     pub limit: u64,
     pub window: Duration,
     pub algorithm: Algorithm,
+    pub lockout: Option<Lockout>,
+}
+
+/// A bucket's lockout: once it denies a check, its key is blocked this long.
+#[derive(Debug, Clone)]
+pub struct Lockout {
+    pub duration: Duration,
+    /// `policy/bucket`, kept with the block so that listings can name it.
+    pub name: Arc<str>,
 }
 
 impl BucketSpec {
@@ -84,6 +93,8 @@ pub struct BucketAnswer {
     pub reset_at: DateTime<Utc>,
     /// When denied: the earliest time a check of the same cost could pass.
     pub retry_at: Option<DateTime<Utc>>,
+    /// Denied by a block (an operator's, or a lockout), whatever its count.
+    pub blocked: bool,
 }
 
 /// Which store decided a check.

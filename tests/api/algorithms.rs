@@ -24,6 +24,7 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
         limit,
         window: Duration::from_millis(window_ms),
         algorithm,
+        lockout: None,
     }
 }
 

@@ -131,6 +131,7 @@ impl MemoryStore {
                 remaining: verdict.remaining,
                 reset_at: from_us(verdict.full_us),
                 retry_at: verdict.retry_us.map(from_us),
+                blocked: false,
             });
             if joint.admitted {
                 record(&mut guards[slot(&b.key)], b, verdict.next, batch.cost, now_us, self.per_shard);

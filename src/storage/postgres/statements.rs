@@ -8,16 +8,17 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use crate::algorithm::Algorithm;
-use crate::storage::{Answer, BucketAnswer, CheckBatch, StoreKind};
+use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
 /// `migrations/`.
-const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7)";
+const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The common case as one plain multi-row upsert, no PL/pgSQL: every check
-/// has one fixed-window bucket, costs at least 1, and no two checks share a
-/// key. Checks are then independent, so each row is decided on its own:
+/// has one fixed-window bucket without a lockout, costs at least 1, and no
+/// two checks share a key. A blocked key is read in the same statement and
+/// left out of the upsert (denied, nothing consumed). Checks are then independent, so each row is decided on its own:
 /// the upsert resets an expired window or adds the cost only where it fits
 /// (`WHERE`), and a row it does not update is a denial. The limit travels in
 /// the proposed row's `prev_count`, which the fixed window does not use, so
@@ -38,9 +39,13 @@ const FIXED_WINDOW_UPSERT: &str = "
 WITH req AS (
     SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
+), blk AS (
+    SELECT k.key, k.until FROM pglimit_blocks k
+    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
     INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
-    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req WHERE cost <= lim ORDER BY key
+    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
+    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
                           THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
@@ -54,12 +59,16 @@ WITH req AS (
 SELECT r.pos AS o_pos,
        u.key IS NOT NULL AS o_allowed,
        CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
+            WHEN k.key IS NOT NULL THEN 0
             ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
-       coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond') AS o_reset_at,
-       CASE WHEN u.key IS NULL THEN coalesce(s.expires_at, r.at + r.win * interval '1 millisecond') END AS o_retry_at,
-       r.at AS o_now
+       greatest(coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
+       CASE WHEN u.key IS NULL
+            THEN greatest(coalesce(s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) END AS o_retry_at,
+       r.at AS o_now,
+       k.key IS NOT NULL AS o_blocked
 FROM req r
 LEFT JOIN up u ON u.key = r.key
+LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
     SELECT s.count, s.expires_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
 ) s ON true
@@ -77,6 +86,8 @@ struct Row {
     o_retry_at: Option<DateTime<Utc>>,
     /// The clock the batch was decided at.
     o_now: DateTime<Utc>,
+    /// Denied by a block (an operator's, or a lockout) rather than its count.
+    o_blocked: bool,
 }
 
 /// Decides `batches` in one call, at `now` (`None`: the database's clock),
@@ -99,7 +110,7 @@ pub(super) async fn decide(
 fn fixed_window_upsert_applies(batches: &[&CheckBatch]) -> bool {
     let simple = batches.iter().all(|batch| {
         let [bucket] = batch.buckets.as_slice() else { return false };
-        batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow
+        batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow && bucket.lockout.is_none()
     });
     let mut keys = HashSet::with_capacity(batches.len());
     simple && batches.iter().all(|batch| keys.insert(batch.buckets[0].key))
@@ -126,25 +137,17 @@ async fn check_batch(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let (mut checks, mut keys, mut limits, mut windows, mut algorithms, mut costs) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for (i, batch) in batches.iter().enumerate() {
-        for b in &batch.buckets {
-            checks.push(i as i32);
-            keys.push(b.key.as_slice());
-            limits.push(to_i64(b.limit));
-            windows.push(to_i64(b.window.as_millis()));
-            algorithms.push(b.algorithm.code());
-            costs.push(to_i64(batch.cost));
-        }
-    }
+    let buckets = || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
+    let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
     sqlx::query_as(CHECK_BATCH)
-        .bind(checks)
-        .bind(keys)
-        .bind(limits)
-        .bind(windows)
-        .bind(algorithms)
-        .bind(costs)
+        .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| to_i64(b.limit)).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| b.algorithm.code()).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| block_for(b)).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect::<Vec<_>>())
         .bind(now)
         .fetch_all(conn)
         .await
@@ -168,6 +171,7 @@ fn split(batches: &[&CheckBatch], rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::E
                 remaining: r.o_remaining.max(0) as u64,
                 reset_at: r.o_reset_at,
                 retry_at: r.o_retry_at,
+                blocked: r.o_blocked,
             })
             .collect();
         Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false }
