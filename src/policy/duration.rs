@@ -10,6 +10,16 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Parses `<digits><unit>` with unit one of ms, s, m, h, d, within
 /// [`MIN_WINDOW`]..=[`MAX_WINDOW`]. The error says what was wrong.
 pub fn parse_window(text: &str) -> Result<Duration, String> {
+    parse_duration(text, "a window")
+}
+
+/// [`parse_window`] for a bucket's `block_for`: the same syntax and range,
+/// with errors that say "a block" so they read right beside that field.
+pub fn parse_block_for(text: &str) -> Result<Duration, String> {
+    parse_duration(text, "a block")
+}
+
+fn parse_duration(text: &str, what: &str) -> Result<Duration, String> {
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
     let unit_ms: u64 = match unit {
@@ -29,7 +39,7 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
     })?;
     let window = Duration::from_millis(number.saturating_mul(unit_ms));
     if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-        return Err(format!("{text:?} is out of range: a window must be between 100ms and 366d"));
+        return Err(format!("{text:?} is out of range: {what} must be between 100ms and 366d"));
     }
     Ok(window)
 }

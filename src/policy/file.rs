@@ -7,8 +7,10 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::overrides_file::{validate_overrides, RawOverride};
 use super::{
-    is_valid_name, parse_window, BucketDef, FallbackShare, IdentifierKind, Mode, OnStoreError, Policy,
+    is_valid_name, parse_block_for, parse_window, BucketDef, FallbackShare, IdentifierKind, Mode,
+    OnStoreError, Policy,
 };
 use crate::algorithm::Algorithm;
 
@@ -44,6 +46,8 @@ struct RawPolicy {
     fallback_share: FallbackShare,
     #[serde(default)]
     mode: Mode,
+    #[serde(default)]
+    overrides: Vec<Spanned<RawOverride>>,
 }
 
 #[derive(Deserialize)]
@@ -55,26 +59,28 @@ struct RawBucket {
     window: Spanned<String>,
     #[serde(default)]
     algorithm: Algorithm,
+    #[serde(default)]
+    block_for: Option<Spanned<String>>,
 }
 
 /// A mistake found after deserialising: the path to the offending value, where
 /// that value starts in the file, and what is wrong with it. The toml crate
 /// places its own errors; these it cannot see, so they carry their span until
 /// [`Policies::parse`], which has the text to turn it into a line.
-struct Mistake {
+pub(super) struct Mistake {
     path: String,
     span: Range<usize>,
     message: String,
 }
 
 impl Mistake {
-    fn at<T>(value: &Spanned<T>, path: &str, message: impl Into<String>) -> Self {
+    pub(super) fn at<T>(value: &Spanned<T>, path: &str, message: impl Into<String>) -> Self {
         Self { path: path.into(), span: value.span(), message: message.into() }
     }
 
     /// Prefixes the path with the enclosing value's; an empty path means the
     /// mistake is that enclosing value itself (a policy's name).
-    fn within(self, parent: &str) -> Self {
+    pub(super) fn within(self, parent: &str) -> Self {
         let path = if self.path.is_empty() { parent.into() } else { format!("{parent}: {}", self.path) };
         Self { path, ..self }
     }
@@ -105,6 +111,7 @@ impl RawPolicy {
             return Err(Mistake::at(&self.buckets, "buckets", "needs at least one [[buckets]] entry"));
         }
         let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers)?;
+        let overrides = validate_overrides(self.overrides, &self.identifiers, &buckets)?;
         Ok(Policy {
             name: name.get_ref().as_str().into(),
             identifiers: self.identifiers,
@@ -112,6 +119,7 @@ impl RawPolicy {
             on_store_error: self.on_store_error,
             fallback_share: self.fallback_share,
             mode: self.mode,
+            overrides,
         })
     }
 }
@@ -154,7 +162,10 @@ impl RawBucket {
         algorithm.check_limit(limit).map_err(|e| Mistake::at(&self.limit, "limit", e.to_string()))?;
         let window =
             parse_window(self.window.get_ref()).map_err(|e| Mistake::at(&self.window, "window", e))?;
+        let block_for = (self.block_for.as_ref())
+            .map(|text| parse_block_for(text.get_ref()).map_err(|e| Mistake::at(text, "block_for", e)))
+            .transpose()?;
         let on = self.on.into_inner().into_iter().map(Spanned::into_inner).collect();
-        Ok(BucketDef { name: self.name.into_inner().into(), on, limit, window, algorithm })
+        Ok(BucketDef { name: self.name.into_inner().into(), on, limit, window, algorithm, block_for })
     }
 }

@@ -2,13 +2,20 @@
 //!
 //! A policy declares its identifiers (each with a kind that fixes its
 //! normalisation) and one or more buckets, each counting over some of those
-//! identifiers. A check of a policy checks all its buckets together. Policies
+//! identifiers. A check of a policy checks all its buckets together. A
+//! policy may also list overrides: identifier patterns that get other limits,
+//! are admitted uncounted, or are always denied (see [`Override`]). Policies
 //! come from a TOML file (`PGLIMIT_POLICIES`) or, without one, from
 //! `policies.default.toml`, built into the binary.
 
+mod cidr;
 mod duration;
 mod file;
 mod identifier;
+mod overrides;
+mod overrides_file;
+#[cfg(test)]
+mod overrides_tests;
 #[cfg(test)]
 mod tests;
 
@@ -17,8 +24,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use duration::{format_window, parse_window, MAX_WINDOW, MIN_WINDOW};
+pub use cidr::{Cidr, MAX_V6_PREFIX};
+pub use duration::{format_window, parse_block_for, parse_window, MAX_WINDOW, MIN_WINDOW};
 pub use identifier::{IdentifierKind, MAX_VALUE_LEN};
+pub use overrides::{Override, OverrideAction, Pattern};
 
 use crate::algorithm::Algorithm;
 
@@ -32,6 +41,9 @@ pub struct Policy {
     pub on_store_error: OnStoreError,
     pub fallback_share: FallbackShare,
     pub mode: Mode,
+    /// In file order: the first whose `when` matches applies
+    /// ([`Policy::override_for`]).
+    pub overrides: Vec<Override>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +54,9 @@ pub struct BucketDef {
     pub limit: u64,
     pub window: Duration,
     pub algorithm: Algorithm,
+    /// Lockout: once this bucket denies a check, its key stays denied for
+    /// this long from that denial, even if the window resets sooner.
+    pub block_for: Option<Duration>,
 }
 
 /// What a check of this policy gets when Postgres cannot answer it.

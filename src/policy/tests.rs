@@ -206,3 +206,46 @@ fn a_loaded_file_names_its_path_before_the_line() {
     );
     assert_eq!(err, expected);
 }
+
+#[test]
+fn a_policy_without_overrides_or_block_for_has_none() {
+    let policies = Policies::builtin();
+    let login = policies.get("login").expect("login policy");
+    assert!(login.overrides.is_empty());
+    assert!(login.buckets.iter().all(|b| b.block_for.is_none()));
+    let values = BTreeMap::from([("email", "a@b.c".to_string()), ("ip", "10.0.0.1".to_string())]);
+    assert_eq!(login.override_for(&values), None);
+}
+
+#[test]
+fn block_for_is_read_as_a_duration() {
+    let lines = [&HEAD[..], &["block_for = \"15m\""]].concat();
+    let policies = Policies::parse(&lines.join("\n")).expect("the file is valid");
+    let first = &policies.get("p").expect("policy p").buckets[0];
+    assert_eq!(first.block_for, Some(std::time::Duration::from_secs(900)));
+}
+
+#[test]
+fn a_block_for_that_is_not_a_duration_or_out_of_range_names_its_line() {
+    for (value, reason) in
+        [("forever", "is not a duration"), ("400d", "a block must be between 100ms and 366d")]
+    {
+        let block_for = format!("block_for = \"{value}\"");
+        let err =
+            second_bucket(&[r#"name = "b""#, r#"on = ["ip"]"#, "limit = 1", r#"window = "1m""#, &block_for]);
+        let place = "policies.p: buckets[1]: block_for (line 14, column 13): ";
+        assert!(err.starts_with(place) && err.contains(reason), "{value}: {err}");
+    }
+}
+
+#[test]
+fn an_override_written_as_an_inline_table_names_its_line() {
+    let err = error_in(&[
+        "[policies.p]",
+        r#"identifiers = { ip = "ip" }"#,
+        r#"buckets = [{ name = "b", on = ["ip"], limit = 1, window = "1s" }]"#,
+        r#"overrides = [{ when = { ip = "10.0.0.1" }, deny = true },"#,
+        r#"  { when = { ip = "10.0.0.2" } }]"#,
+    ]);
+    assert!(err.starts_with("policies.p: overrides[1] (line 5, column 3): give it one action"), "{err}");
+}
