@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::{Answer, CheckBatch, Store, StoreError, StoreKind};
+use super::{Actions, Answer, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
 
 pub struct DenyCache<S> {
     inner: S,
@@ -46,6 +46,8 @@ struct Remembered {
     /// The database's `retry_at` that `until` stands for.
     retry: DateTime<Utc>,
     checked: Answer,
+    /// The check's bucket keys, so that an action on one forgets it.
+    keys: Vec<Key>,
 }
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -66,7 +68,16 @@ impl<S: Store> DenyCache<S> {
         Some(Answer { now, cached: true, ..remembered.checked.clone() })
     }
 
-    fn remember(&self, fingerprint: u64, checked: &Answer) {
+    /// Forgets every denial involving a stale key.
+    fn forget(&self, stale: &Stale) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match stale {
+            Stale::All => entries.map.clear(),
+            Stale::Keys(keys) => entries.map.retain(|_, r| !r.keys.iter().any(|k| keys.contains(k))),
+        }
+    }
+
+    fn remember(&self, fingerprint: u64, checked: &Answer, batch: &CheckBatch) {
         let Some(retry) = latest_retry(checked) else { return };
         let Ok(wait) = (retry - checked.now).to_std() else { return };
         let until = Instant::now() + wait;
@@ -82,7 +93,8 @@ impl<S: Store> DenyCache<S> {
                 return;
             }
         }
-        entries.map.insert(fingerprint, Remembered { until, retry, checked: checked.clone() });
+        let keys = batch.buckets.iter().map(|b| b.key).collect();
+        entries.map.insert(fingerprint, Remembered { until, retry, checked: checked.clone(), keys });
     }
 }
 
@@ -97,13 +109,16 @@ impl<S: Store> Store for DenyCache<S> {
         if batch.cost == 0 {
             return self.inner.check(batch).await;
         }
+        if let Some(stale) = self.inner.take_stale() {
+            self.forget(&stale);
+        }
         let fingerprint = fingerprint(batch);
         if let Some(checked) = self.recall(fingerprint) {
             return Ok(checked);
         }
         let checked = self.inner.check(batch).await?;
         if !checked.allowed() && checked.store == StoreKind::Postgres && !checked.degraded {
-            self.remember(fingerprint, &checked);
+            self.remember(fingerprint, &checked, batch);
         }
         Ok(checked)
     }
@@ -114,6 +129,43 @@ impl<S: Store> Store for DenyCache<S> {
 
     fn instances(&self) -> u64 {
         self.inner.instances()
+    }
+
+    fn take_stale(&self) -> Option<Stale> {
+        self.inner.take_stale()
+    }
+
+    fn actions_heard(&self) -> u64 {
+        self.inner.actions_heard()
+    }
+}
+
+/// Actions go through, and what they change is forgotten here at once (the
+/// other instances forget it when they hear of it).
+impl<S: Store + Actions> Actions for DenyCache<S> {
+    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
+        self.inner.reset(keys).await?;
+        self.forget(&Stale::Keys(keys.to_vec()));
+        Ok(())
+    }
+
+    async fn block(
+        &self,
+        targets: &[BlockTarget],
+        duration: Duration,
+        reason: Option<&str>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        self.inner.block(targets, duration, reason).await
+    }
+
+    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
+        let lifted = self.inner.unblock(keys).await?;
+        self.forget(&Stale::Keys(keys.to_vec()));
+        Ok(lifted)
+    }
+
+    async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
+        self.inner.blocks(limit).await
     }
 }
 

@@ -174,7 +174,84 @@ pub trait Store: Send + Sync + 'static {
     fn instances(&self) -> u64 {
         1
     }
+
+    /// What actions taken anywhere (resets, blocks, unblocks) made stale
+    /// since the last call: remembered answers about it must go. Cheap when
+    /// nothing happened (one atomic load), as it is asked on every check.
+    fn take_stale(&self) -> Option<Stale> {
+        None
+    }
+
+    /// The generation of the last action this instance has heard of.
+    fn actions_heard(&self) -> u64 {
+        0
+    }
 }
+
+/// What an action made stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    Keys(Vec<Key>),
+    /// Everything: a notification may have been missed.
+    All,
+}
+
+impl Stale {
+    /// Both at once.
+    pub fn merge(self, other: Stale) -> Stale {
+        match (self, other) {
+            (Stale::Keys(mut a), Stale::Keys(b)) => {
+                a.extend(b);
+                Stale::Keys(a)
+            }
+            _ => Stale::All,
+        }
+    }
+}
+
+/// Changes made to limits by a caller or an operator. They are made in
+/// Postgres, in one transaction each, and every instance hears of them (see
+/// [`Store::take_stale`]); so they are refused while Postgres is away.
+pub trait Actions: Send + Sync {
+    /// Puts these buckets back to full (their rows deleted) and lifts their lockouts.
+    fn reset(&self, keys: &[Key]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Blocks these keys for `duration` from now; returns when the block ends.
+    fn block(
+        &self,
+        targets: &[BlockTarget],
+        duration: Duration,
+        reason: Option<&str>,
+    ) -> impl Future<Output = Result<DateTime<Utc>, StoreError>> + Send;
+
+    /// Lifts every block (an operator's or a lockout) on these keys; returns how many there were.
+    fn unblock(&self, keys: &[Key]) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Active blocks, the latest-ending first, at most `limit`.
+    fn blocks(&self, limit: u32) -> impl Future<Output = Result<Vec<Block>, StoreError>> + Send;
+}
+
+/// A key to block, with the names an operator will see it by.
+#[derive(Debug, Clone)]
+pub struct BlockTarget {
+    pub key: Key,
+    pub policy: Arc<str>,
+    pub bucket: Arc<str>,
+}
+
+/// An active block, as listed.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub key: Key,
+    /// `admin` (an operator's) or `lockout` (a bucket with `block_for` denied).
+    pub kind: String,
+    pub policy: Option<String>,
+    pub bucket: Option<String>,
+    pub until: DateTime<Utc>,
+    pub reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 
 /// What the fallback needs of the shared store, beyond checks.
 pub trait Primary: Store {

@@ -27,9 +27,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
-use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Store, StoreError};
+use super::{
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, MemoryFallback, MemoryStore, Primary, Stale, Store,
+    StoreError,
+};
 use detector::Detector;
 use recovery::Throttle;
 
@@ -167,6 +170,15 @@ impl<P: Primary> FallbackStore<P> {
     }
 }
 
+impl<P: Primary> FallbackStore<P> {
+    fn refuse_if_degraded(&self) -> Result<(), StoreError> {
+        if self.is_degraded() {
+            return Err(StoreError::Unavailable);
+        }
+        Ok(())
+    }
+}
+
 fn unreachable(timeout: Duration) -> StoreError {
     StoreError::Unreachable(format!("no answer from postgres for {timeout:?}"))
 }
@@ -197,5 +209,42 @@ impl<P: Primary> Store for FallbackStore<P> {
 
     fn instances(&self) -> u64 {
         self.inner.primary.instances()
+    }
+
+    fn take_stale(&self) -> Option<Stale> {
+        self.inner.primary.take_stale()
+    }
+
+    fn actions_heard(&self) -> u64 {
+        self.inner.primary.actions_heard()
+    }
+}
+
+/// Actions must reach every instance, which only Postgres can do: while
+/// this instance is degraded they are refused, not kept in memory.
+impl<P: Primary + Actions> Actions for FallbackStore<P> {
+    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.reset(keys).await
+    }
+
+    async fn block(
+        &self,
+        targets: &[BlockTarget],
+        duration: Duration,
+        reason: Option<&str>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.block(targets, duration, reason).await
+    }
+
+    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.unblock(keys).await
+    }
+
+    async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.blocks(limit).await
     }
 }

@@ -17,6 +17,11 @@ const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
     SELECT key FROM pglimit_buckets WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
+/// Blocks past their end, likewise: an ended block is no block.
+const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
+    SELECT key FROM pglimit_blocks WHERE until <= now()
+    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.
     rate: f64,
@@ -51,17 +56,22 @@ impl Cleanup {
         });
     }
 
-    /// Deletes up to `batch` expired rows; returns how many it deleted.
+    /// Deletes up to `batch` expired rows, and as many ended blocks; returns
+    /// how many rows it deleted.
     pub async fn run(&self, session: &Session) -> Result<u64, sqlx::Error> {
         let mut slot = self.conn.lock().await;
         let conn = match slot.as_mut() {
             Some(conn) => conn,
             None => slot.insert(session.open().await?),
         };
-        let done = sqlx::query(DELETE_EXPIRED).bind(self.batch).execute(&mut *conn).await;
-        if done.is_err() {
-            *slot = None;
+        let mut deleted = 0;
+        for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
+            let done = sqlx::query(statement).bind(self.batch).execute(&mut *conn).await;
+            if done.is_err() {
+                *slot = None;
+            }
+            deleted += done?.rows_affected();
         }
-        Ok(done?.rows_affected())
+        Ok(deleted)
     }
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
 
+use super::listener::Heard;
 use super::session::{classify, timed_out, Session};
 use crate::storage::StoreError;
 
@@ -36,7 +37,8 @@ const LATENCY_SPAN: Duration = Duration::from_secs(30);
 
 /// Records this instance, forgets instances gone for a day, and counts the
 /// others seen within `$2` milliseconds (the insert is not visible to the
-/// count, which is why this instance is added on the Rust side).
+/// count, which is why this instance is added on the Rust side). Also reads
+/// the actions generation, to notice a missed notification (see `listener`).
 const BEAT: &str = "
 WITH beat AS (
     INSERT INTO pglimit_instances AS i (id, last_seen) VALUES ($1, now())
@@ -44,7 +46,7 @@ WITH beat AS (
 ), gone AS (
     DELETE FROM pglimit_instances WHERE last_seen < now() - interval '1 day'
 )
-SELECT count(*) FROM pglimit_instances
+SELECT count(*), (SELECT generation FROM pglimit_actions) FROM pglimit_instances
 WHERE id <> $1 AND last_seen > now() - $2 * interval '1 millisecond'";
 
 pub(super) struct Health {
@@ -109,7 +111,7 @@ impl Health {
     }
 
     /// Beats, and keeps the health connection warm, until the store is dropped.
-    pub fn spawn_heartbeat(self: &Arc<Self>, session: Arc<Session>) {
+    pub fn spawn_heartbeat(self: &Arc<Self>, session: Arc<Session>, heard: Arc<Heard>) {
         let health: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut every = tokio::time::interval(BEAT_EVERY);
@@ -121,7 +123,7 @@ impl Health {
                 let Some(health) = health.upgrade() else { return };
                 // A beat slower than this is no use: the others stop counting
                 // this instance after ALIVE_FOR anyway.
-                match tokio::time::timeout(BEAT_EVERY * 2, health.beat(&session, &mut conn)).await {
+                match tokio::time::timeout(BEAT_EVERY * 2, health.beat(&session, &mut conn, &heard)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat failed"),
                     Err(_) => conn = None, // its state is unknown: start afresh
@@ -133,15 +135,21 @@ impl Health {
         });
     }
 
-    async fn beat(&self, session: &Session, slot: &mut Option<PgConnection>) -> Result<(), sqlx::Error> {
+    async fn beat(
+        &self,
+        session: &Session,
+        slot: &mut Option<PgConnection>,
+        heard: &Heard,
+    ) -> Result<(), sqlx::Error> {
         let conn = match slot {
             Some(conn) => conn,
             None => slot.insert(session.open().await?),
         };
         let alive_ms = ALIVE_FOR.as_millis() as i64;
-        let beat = sqlx::query_as::<_, (i64,)>(BEAT).bind(&self.id[..]).bind(alive_ms).fetch_one(conn).await;
-        let (others,) = beat.inspect_err(|_| *slot = None)?;
+        let beat = sqlx::query_as::<_, (i64, i64)>(BEAT).bind(&self.id[..]).bind(alive_ms).fetch_one(conn).await;
+        let (others, generation) = beat.inspect_err(|_| *slot = None)?;
         self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
+        heard.read(generation.max(0) as u64);
         Ok(())
     }
 }

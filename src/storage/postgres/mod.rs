@@ -10,9 +10,11 @@
 //! is needed.
 
 mod absorb;
+mod actions;
 mod cleanup;
 mod health;
 mod lane;
+mod listener;
 mod session;
 mod statements;
 
@@ -21,12 +23,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::Connection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{Answer, CheckBatch, Held, Primary, Store, StoreError, Unabsorbed};
+use super::{
+    Actions, Answer, Block, BlockTarget, CheckBatch, Held, Key, Primary, Stale, Store, StoreError, Unabsorbed,
+};
+use actions::ActionConn;
 use cleanup::Cleanup;
 use health::Health;
 use lane::{lane, Busy, Job};
+use listener::Heard;
 pub use session::migrate;
 use session::{classify, Session};
 
@@ -55,6 +61,10 @@ pub struct PgStore {
     session: Arc<Session>,
     cleanup: Arc<Cleanup>,
     health: Arc<Health>,
+    actions: Arc<ActionConn>,
+    heard: Arc<Heard>,
+    /// Dropped with the last handle, which stops the listener.
+    _listening: Arc<watch::Sender<()>>,
 }
 
 /// What the router sees of a lane: its queue, and since when its current
@@ -97,8 +107,12 @@ impl PgStore {
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
         let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
         let health = Arc::new(Health::new(health_conn));
-        health.spawn_heartbeat(Arc::clone(&session));
-        Ok(Self { lanes: lanes.into(), session, cleanup, health })
+        let heard = Arc::new(Heard::default());
+        health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));
+        let (listening, closed) = watch::channel(());
+        listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
+        let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
+        Ok(Self { lanes: lanes.into(), session, cleanup, health, actions, heard, _listening })
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -159,6 +173,37 @@ impl Store for PgStore {
 
     fn instances(&self) -> u64 {
         self.health.instances()
+    }
+
+    fn take_stale(&self) -> Option<Stale> {
+        self.heard.take()
+    }
+
+    fn actions_heard(&self) -> u64 {
+        self.heard.generation()
+    }
+}
+
+impl Actions for PgStore {
+    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
+        self.actions.reset(&self.session, keys).await
+    }
+
+    async fn block(
+        &self,
+        targets: &[BlockTarget],
+        duration: Duration,
+        reason: Option<&str>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        self.actions.block(&self.session, targets, duration, reason).await
+    }
+
+    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
+        self.actions.unblock(&self.session, keys).await
+    }
+
+    async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
+        self.actions.list(&self.session, limit).await
     }
 }
 

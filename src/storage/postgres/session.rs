@@ -30,6 +30,11 @@ impl Session {
         Ok(Self { connect, hard_limit, generation: AtomicU64::new(0) })
     }
 
+    /// How connections are opened, for connections managed elsewhere (the listener's).
+    pub fn connect_options(&self) -> PgConnectOptions {
+        self.connect.clone()
+    }
+
     pub fn hard_limit(&self) -> Duration {
         self.hard_limit
     }

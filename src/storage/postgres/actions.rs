@@ -1,0 +1,163 @@
+//! Resets, blocks and unblocks: each one transaction that changes the
+//! rows, bumps the actions generation and notifies every instance (see
+//! [`super::listener`]). Actions are rare, so they share one connection of
+//! their own, opened on demand.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+use sqlx::Connection;
+use tokio::sync::Mutex;
+
+use super::listener::{payload, CHANNEL};
+use super::session::{classify, timed_out, Session};
+use crate::storage::{Block, BlockTarget, Key, StoreError};
+
+/// Counters back to full: no row is a full bucket, for every algorithm.
+/// Lockouts go too (a reset is a fresh start); an operator's block stays.
+const RESET: [&str; 2] = [
+    "DELETE FROM pglimit_buckets WHERE key = ANY ($1::bytea[])",
+    "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[]) AND kind = 'lockout'",
+];
+
+/// An operator's block replaces whatever block the key had.
+const BLOCK: &str = "
+INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket, reason)
+SELECT t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5
+FROM unnest($1::bytea[], $3::text[], $4::text[]) AS t(key, policy, bucket)
+ORDER BY t.key
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
+    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = now()
+RETURNING until";
+
+const UNBLOCK: &str = "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[])";
+
+const LIST: &str = "
+SELECT key, kind, policy, bucket, until, reason, created_at FROM pglimit_blocks
+WHERE until > now() ORDER BY until DESC, key LIMIT $1";
+
+const BUMP: &str = "UPDATE pglimit_actions SET generation = generation + 1 RETURNING generation";
+
+pub(super) struct ActionConn(Mutex<Option<PgConnection>>);
+
+/// The statements of one action, run inside its transaction.
+type Work<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
+type BlockRow = (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
+
+impl ActionConn {
+    pub fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    pub async fn reset(&self, session: &Session, keys: &[Key]) -> Result<(), StoreError> {
+        let keys = keys.to_vec();
+        self.transaction(session, move |tx| {
+            Box::pin(async move {
+                for statement in RESET {
+                    sqlx::query(statement).bind(raw(&keys)).execute(&mut *tx).await?;
+                }
+                announce(tx, &keys).await
+            })
+        })
+        .await
+    }
+
+    pub async fn block(
+        &self,
+        session: &Session,
+        targets: &[BlockTarget],
+        duration: Duration,
+        reason: Option<&str>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        let targets = targets.to_vec();
+        let (ms, reason) = (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
+        self.transaction(session, move |tx| {
+            Box::pin(async move {
+                let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
+                let ends: Vec<(DateTime<Utc>,)> = sqlx::query_as(BLOCK)
+                    .bind(raw(&keys))
+                    .bind(ms)
+                    .bind(targets.iter().map(|t| t.policy.to_string()).collect::<Vec<_>>())
+                    .bind(targets.iter().map(|t| t.bucket.to_string()).collect::<Vec<_>>())
+                    .bind(reason)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                announce(tx, &keys).await?;
+                Ok(ends.into_iter().map(|(until,)| until).max().unwrap_or_else(Utc::now))
+            })
+        })
+        .await
+    }
+
+    pub async fn unblock(&self, session: &Session, keys: &[Key]) -> Result<u64, StoreError> {
+        let keys = keys.to_vec();
+        self.transaction(session, move |tx| {
+            Box::pin(async move {
+                let lifted = sqlx::query(UNBLOCK).bind(raw(&keys)).execute(&mut *tx).await?.rows_affected();
+                announce(tx, &keys).await?;
+                Ok(lifted)
+            })
+        })
+        .await
+    }
+
+    pub async fn list(&self, session: &Session, limit: u32) -> Result<Vec<Block>, StoreError> {
+        self.transaction(session, move |tx| {
+            Box::pin(async move {
+                let rows: Vec<BlockRow> = sqlx::query_as(LIST).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
+                Ok(rows.into_iter().filter_map(block).collect())
+            })
+        })
+        .await
+    }
+
+    /// Runs `work` in a transaction on the actions connection, within the
+    /// session's hard limit; the connection is dropped after any failure.
+    async fn transaction<T, F>(&self, session: &Session, work: F) -> Result<T, StoreError>
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection) -> Work<'c, T> + Send,
+        T: Send,
+    {
+        let mut slot = self.0.lock().await;
+        let run = async {
+            let conn = match slot.as_mut() {
+                Some(conn) => conn,
+                None => slot.insert(session.open().await?),
+            };
+            let mut tx = conn.begin().await?;
+            let done = work(&mut tx).await?;
+            tx.commit().await?;
+            Ok::<T, sqlx::Error>(done)
+        };
+        let result = match tokio::time::timeout(session.hard_limit(), run).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out("acting on limits")),
+        };
+        if result.is_err() {
+            *slot = None;
+        }
+        result.map_err(classify)
+    }
+}
+
+/// Bumps the generation and notifies, in the action's transaction: the
+/// notification is delivered on commit, and only then.
+async fn announce(tx: &mut PgConnection, keys: &[Key]) -> Result<(), sqlx::Error> {
+    let (generation,): (i64,) = sqlx::query_as(BUMP).fetch_one(&mut *tx).await?;
+    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload(generation, keys)).execute(tx).await?;
+    Ok(())
+}
+
+fn raw(keys: &[Key]) -> Vec<&[u8]> {
+    keys.iter().map(|k| k.as_slice()).collect()
+}
+
+fn block(row: BlockRow) -> Option<Block> {
+    let (key, kind, policy, bucket, until, reason, created_at) = row;
+    let key: Key = key.try_into().ok()?;
+    Some(Block { key, kind, policy, bucket, until, reason, created_at })
+}

@@ -1,0 +1,162 @@
+//! Hearing of actions taken through any instance (resets, blocks,
+//! unblocks), so that the denials this one remembers are forgotten at once.
+//!
+//! Every action notifies channel [`CHANNEL`] with `<generation> <hex key>,...`
+//! in its own transaction; a task here LISTENs on a connection of its own.
+//! Notifications sent while it is not listening are lost, so every
+//! (re)connection counts as "everything is stale", and the heartbeat reads
+//! the actions generation every 2 s: one it has not heard of means a
+//! notification went missing, which also counts as everything.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::watch;
+
+use crate::storage::{Key, Stale};
+
+pub const CHANNEL: &str = "pglimit_actions";
+
+/// More keys than this in one action are announced as everything (a
+/// notification's payload is at most 8000 bytes).
+pub const MAX_KEYS_NAMED: usize = 100;
+
+/// How long to wait before listening again after the connection failed.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// What this instance has heard and not yet passed on.
+#[derive(Default)]
+pub(super) struct Heard {
+    pending: AtomicBool,
+    stale: Mutex<Option<Stale>>,
+    /// The highest actions generation heard of.
+    generation: AtomicU64,
+}
+
+impl Heard {
+    fn note(&self, stale: Stale) {
+        let mut slot = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(match slot.take() {
+            Some(before) => before.merge(stale),
+            None => stale,
+        });
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// A notification's payload: `<generation> <hex key>,...` or `<generation> *`.
+    fn notified(&self, payload: &str) {
+        let (generation, keys) = payload.split_once(' ').unwrap_or((payload, "*"));
+        let keys: Option<Vec<Key>> = (keys != "*").then(|| keys.split(',').filter_map(parse_key).collect());
+        self.note(keys.map_or(Stale::All, Stale::Keys));
+        if let Ok(generation) = generation.parse::<u64>() {
+            self.generation.fetch_max(generation, Ordering::AcqRel);
+        }
+    }
+
+    /// The generation as the heartbeat read it: if it is ahead of every
+    /// notification heard, one was missed.
+    pub fn read(&self, generation: u64) {
+        if generation > self.generation.fetch_max(generation, Ordering::AcqRel) {
+            self.note(Stale::All);
+        }
+    }
+
+    pub fn take(&self) -> Option<Stale> {
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.stale.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+fn parse_key(hex_key: &str) -> Option<Key> {
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(hex_key, &mut key).ok().map(|()| key)
+}
+
+/// The payload announcing an action on `keys` at `generation`.
+pub fn payload(generation: i64, keys: &[Key]) -> String {
+    if keys.len() > MAX_KEYS_NAMED {
+        return format!("{generation} *");
+    }
+    let keys: Vec<String> = keys.iter().map(hex::encode).collect();
+    format!("{generation} {}", keys.join(","))
+}
+
+/// Listens until `closed` is dropped, reconnecting after failures.
+pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: watch::Receiver<()>) {
+    tokio::spawn(async move {
+        loop {
+            match listen(&options).await {
+                Ok(mut listener) => {
+                    heard.note(Stale::All); // anything sent before this went unheard
+                    if hear(&mut listener, &heard, &mut closed).await.is_none() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot listen for actions"),
+            }
+            tokio::select! {
+                _ = closed.changed() => return,
+                _ = tokio::time::sleep(RETRY_EVERY) => {}
+            }
+        }
+    });
+}
+
+async fn listen(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
+    let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(options.clone());
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Passes notifications on until the connection fails (`Some`) or the
+/// store is gone (`None`).
+async fn hear(listener: &mut PgListener, heard: &Heard, closed: &mut watch::Receiver<()>) -> Option<()> {
+    loop {
+        tokio::select! {
+            _ = closed.changed() => return None,
+            next = listener.try_recv() => match next {
+                Ok(Some(notification)) => heard.notified(notification.payload()),
+                // Lost and already reconnected: what was sent meanwhile is lost.
+                Ok(None) => heard.note(Stale::All),
+                Err(e) => {
+                    tracing::debug!(error = %e, "listening for actions failed");
+                    return Some(());
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_names_its_keys_and_a_missed_one_makes_everything_stale() {
+        let heard = Heard::default();
+        assert_eq!(heard.take(), None);
+        heard.notified(&payload(3, &[[1; 32], [2; 32]]));
+        assert_eq!(heard.take(), Some(Stale::Keys(vec![[1; 32], [2; 32]])));
+        assert_eq!((heard.take(), heard.generation()), (None, 3));
+        heard.read(3);
+        assert_eq!(heard.take(), None, "a generation already heard of");
+        heard.read(4);
+        assert_eq!(heard.take(), Some(Stale::All), "generation 4 was never announced");
+    }
+
+    #[test]
+    fn too_many_keys_are_announced_as_everything() {
+        let heard = Heard::default();
+        heard.notified(&payload(1, &vec![[7; 32]; MAX_KEYS_NAMED + 1]));
+        assert_eq!(heard.take(), Some(Stale::All));
+    }
+}
