@@ -66,11 +66,13 @@ impl Cleanup {
         };
         let mut deleted = 0;
         for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
-            let done = sqlx::query(statement).bind(self.batch).execute(&mut *conn).await;
-            if done.is_err() {
-                *slot = None;
+            match sqlx::query(statement).bind(self.batch).execute(&mut *conn).await {
+                Ok(done) => deleted += done.rows_affected(),
+                Err(e) => {
+                    *slot = None;
+                    return Err(e);
+                }
             }
-            deleted += done?.rows_affected();
         }
         Ok(deleted)
     }
