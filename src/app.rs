@@ -92,10 +92,21 @@ impl Service {
         let state = AppState {
             limiter,
             auth,
+            admin: admin_access(config),
             metrics: metrics.map(Arc::new),
             request_timeout: config.request_timeout,
         };
         Ok(Self { state, cluster, background })
+    }
+}
+
+/// The admin routes take an admin token; without any, they are open on a
+/// loopback bind (like `/check` without API tokens) and off otherwise.
+fn admin_access(config: &Config) -> Option<Arc<Auth>> {
+    match config.admin_tokens.as_slice() {
+        [] if config.bind.ip().is_loopback() => Some(Arc::new(Auth::default())),
+        [] => None,
+        tokens => Some(Arc::new(Auth::new(tokens.iter().map(String::as_str)))),
     }
 }
 

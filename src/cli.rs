@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// open, loopback only]. Prefer the environment: flags show in ps.
     #[arg(long, env = "PGLIMIT_API_TOKENS", hide_env_values = true)]
     pub api_tokens: Option<String>,
+    /// Comma-separated bearer tokens of the admin routes (/admin/blocks)
+    /// [default: none: admin routes on a loopback bind only, open]. Prefer
+    /// the environment: flags show in ps.
+    #[arg(long, env = "PGLIMIT_ADMIN_TOKENS", hide_env_values = true)]
+    pub admin_tokens: Option<String>,
     /// Fraction of checks that start a background delete of expired rows,
     /// 0 to 1 [default: 0.01].
     #[arg(long, env = "PGLIMIT_CLEANUP_RATE")]

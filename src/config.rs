@@ -16,6 +16,8 @@ pub struct Config {
     pub database: Database,
     pub policies: Option<PathBuf>,
     pub api_tokens: Vec<String>,
+    /// Bearer tokens of the admin routes (blocks).
+    pub admin_tokens: Vec<String>,
     pub cleanup_rate: f64,
     pub db_timeout: Duration,
     pub db_pool_size: u32,
@@ -53,6 +55,7 @@ impl std::fmt::Debug for Config {
             .field("database", &self.database)
             .field("policies", &self.policies)
             .field("api_tokens", &self.api_tokens.len())
+            .field("admin_tokens", &self.admin_tokens.len())
             .field("db_timeout", &self.db_timeout)
             .finish_non_exhaustive()
     }
@@ -99,6 +102,7 @@ impl Config {
             database: database(&get)?,
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
             api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
+            admin_tokens: tokens(get("PGLIMIT_ADMIN_TOKENS")),
             cleanup_rate: in_range(
                 &get,
                 "PGLIMIT_CLEANUP_RATE",

@@ -22,7 +22,7 @@ pub enum Error {
     BodyTooLarge { limit: usize },
     #[error("{0}")]
     Unauthorized(&'static str),
-    #[error("the counter store is unreachable and this policy fails closed; retry shortly")]
+    #[error("the counter store is unreachable and this policy fails closed (or this action needs it); retry shortly")]
     StoreUnavailable,
     #[error("no resource at {0}")]
     NotFound(String),
@@ -32,6 +32,8 @@ pub enum Error {
     RequestTimeout,
     #[error("an internal error occurred; it is logged")]
     Internal,
+    #[error("the admin routes are disabled: set PGLIMIT_ADMIN_TOKENS, or bind to a loopback address")]
+    AdminDisabled,
 }
 
 impl Error {
@@ -50,6 +52,7 @@ impl Error {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::AdminDisabled => StatusCode::FORBIDDEN,
         }
     }
 
@@ -66,6 +69,7 @@ impl Error {
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
+            Self::AdminDisabled => "admin-disabled",
         }
     }
 }
@@ -91,6 +95,9 @@ impl From<Invalid> for Error {
             Invalid::Limit(_) => "limit".into(),
             Invalid::Window(_) => "window".into(),
             Invalid::CostRange | Invalid::CostOverLimit { .. } => "cost".into(),
+            Invalid::UnknownBucket { field, .. } => (*field).into(),
+            Invalid::BlockFor(_) => "for".into(),
+            Invalid::ReasonLength => "reason".into(),
         };
         Self::field(field, invalid.to_string())
     }

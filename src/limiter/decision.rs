@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
+use super::plan::{Applied, Matched};
 use crate::algorithm::Algorithm;
 use crate::storage::{Answer, BucketSpec, StoreKind};
 
@@ -26,6 +27,13 @@ pub struct Decision {
     pub shadow: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub would_allow: Option<bool>,
+    /// The bucket whose key is blocked (by an operator, or a lockout), when
+    /// that is why the check is denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<std::sync::Arc<str>>,
+    /// The policy's override entry that matched, if any.
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub matched: Option<Matched>,
     pub buckets: Vec<BucketDecision>,
     /// The deciding store's clock; header durations count from here.
     #[serde(skip)]
@@ -42,6 +50,9 @@ pub struct BucketDecision {
     /// When the bucket is back to its full limit.
     #[serde(serialize_with = "rfc3339_ms")]
     pub reset_at: DateTime<Utc>,
+    /// Denied by a block on its key, whatever its count.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub blocked: bool,
     /// When denied: the earliest time a check of the same cost could pass.
     #[serde(skip)]
     pub retry_at: Option<DateTime<Utc>>,
@@ -65,6 +76,7 @@ impl Decision {
                 limit: spec.limit,
                 remaining: state.remaining,
                 reset_at: state.reset_at,
+                blocked: state.blocked,
                 retry_at: state.retry_at,
                 window: spec.window,
             })
@@ -80,7 +92,8 @@ impl Decision {
         let retry_at = headline.and_then(|b| b.retry_at).unwrap_or(reset_at);
         let retry_after_s = (!allowed).then(|| seconds_until(now, retry_at).max(1));
         let (store, degraded) = (answer.store, answer.degraded);
-        let (shadow, would_allow) = (false, None);
+        let (shadow, would_allow, matched) = (false, None, None);
+        let blocked_by = buckets.iter().find(|b| b.blocked).map(|b| b.name.clone());
         Self {
             allowed,
             limit,
@@ -91,9 +104,18 @@ impl Decision {
             degraded,
             shadow,
             would_allow,
+            blocked_by,
+            matched,
             buckets,
             now,
         }
+    }
+
+    /// Notes the override that decided or shaped this check. A deny list
+    /// has no end to wait for, so no `retry_after_s` (nor `Retry-After`).
+    pub fn overridden(self, matched: Matched) -> Self {
+        let retry_after_s = if matched.action == Applied::Deny { None } else { self.retry_after_s };
+        Self { matched: Some(matched), retry_after_s, ..self }
     }
 
     /// The answer of a shadow policy: allowed, with what enforcing would

@@ -5,33 +5,36 @@
 //! batch so that a check of any number of buckets is one store call, and
 //! where a policy's choice for an unreachable store is applied.
 
+mod actions;
 mod decision;
 mod key;
+mod plan;
 mod request;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use chrono::Utc;
 
+pub use actions::BlockRequest;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
+pub use plan::{Applied, Matched, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
-use crate::policy::{FallbackShare, Mode, OnStoreError, Policies, Policy};
-use crate::storage::{
-    Answer, BucketAnswer, BucketSpec, CheckBatch, MemoryFallback, Store, StoreError, StoreKind,
-};
-use crate::telemetry::{self, Label};
+use crate::policy::{OnStoreError, Policies};
+use crate::storage::{Answer, BucketAnswer, CheckBatch, Store, StoreError, StoreKind};
+use crate::telemetry;
 
-/// Why a check has no decision. A denial is a decision, not one of these.
+/// Why a check (or an action) has no answer. A denial is a decision, not
+/// one of these.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error(transparent)]
     Invalid(#[from] Invalid),
-    /// Postgres cannot answer and the check's policy fails closed.
+    /// Postgres cannot answer and the check's policy fails closed (or the
+    /// action needs Postgres).
     #[error("the counter store is unavailable")]
     StoreUnavailable,
 }
@@ -44,16 +47,6 @@ pub struct Limiter<S> {
     secret: KeySecret,
     /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
     shadow_all: bool,
-}
-
-/// What a request will check, and how its outcome is reported.
-pub struct Plan {
-    pub batch: CheckBatch,
-    /// What to do if Postgres cannot answer.
-    pub on_store_error: OnStoreError,
-    /// Decided and counted, but never refused.
-    pub shadow: bool,
-    pub label: Label,
 }
 
 impl<S: Store> Limiter<S> {
@@ -80,6 +73,12 @@ impl<S: Store> Limiter<S> {
         self.policies.store(Arc::new(policies));
     }
 
+    /// The buckets `request` must check, with their keys, and what to do
+    /// if Postgres cannot answer.
+    pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
+        plan::plan(&self.policies.load(), &self.secret, self.shadow_all, request)
+    }
+
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
         let plan = self.plan(request)?;
@@ -89,12 +88,17 @@ impl<S: Store> Limiter<S> {
         let (answer, refused) =
             answer.inspect_err(|_| telemetry::check(&plan.label, "error", "none", took))?;
         let store = if answer.cached { "deny_cache" } else { answer.store.as_str() };
-        let mut decision = Decision::new(&plan.batch.buckets, answer).shadowed(plan.shadow);
+        let mut decision = Decision::new(&plan.batch.buckets, answer);
+        if let Some(matched) = plan.matched {
+            decision = decision.overridden(matched);
+        }
+        let mut decision = decision.shadowed(plan.shadow);
         if refused {
             decision.would_allow = Some(false);
         }
         telemetry::check(&plan.label, decision.outcome(), store, took);
-        for bucket in decision.buckets.iter().filter(|b| !b.allowed) {
+        let by_buckets = plan.matched.is_none_or(|m| m.action != Applied::Deny);
+        for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
             telemetry::bucket_denied(&plan.label, &bucket.name);
         }
         Ok(decision)
@@ -103,7 +107,13 @@ impl<S: Store> Limiter<S> {
     /// The store's answer, and whether enforcing would have refused the
     /// check outright (a fail-closed policy with Postgres away): a shadow
     /// policy is admitted uncounted then, as it never turns traffic away.
+    /// An allow- or deny-listed check does not ask the store at all.
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
+        match plan.matched.map(|m| m.action) {
+            Some(Applied::Unlimited) => return Ok((self.listed(&plan.batch, true), false)),
+            Some(Applied::Deny) => return Ok((self.listed(&plan.batch, false), false)),
+            Some(Applied::Limits) | None => {}
+        }
         match self.store.check(&plan.batch).await {
             Ok(answer) => Ok((answer, false)),
             Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow => {
@@ -118,81 +128,23 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// The buckets `request` must check, with their keys, and what to do
-    /// if Postgres cannot answer.
-    pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
-        match request {
-            CheckRequest::Policy { policy, identifiers, cost } => {
-                let policies = self.policies.load();
-                let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
-                let buckets = self.policy_buckets(policy, identifiers, *cost)?;
-                let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
-                Ok(Plan {
-                    batch: CheckBatch { buckets, cost: *cost, fallback },
-                    on_store_error: policy.on_store_error,
-                    shadow: self.shadow_all || policy.mode == Mode::Shadow,
-                    label: Label::Policy(policy.name.clone()),
-                })
-            }
-            CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
-                let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
-                let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
-                let spec = BucketSpec {
-                    name: Arc::from("default"),
-                    key: bucket_key(&self.secret, &scope),
-                    limit: valid.limit,
-                    window: valid.window,
-                    algorithm: valid.algorithm,
-                    lockout: None,
-                };
-                // Ad hoc keys fall back as a policy does by default.
-                let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
-                let fallback = memory_fallback(on_store_error, share);
-                Ok(Plan {
-                    batch: CheckBatch { buckets: vec![spec], cost: *cost, fallback },
-                    on_store_error,
-                    shadow: self.shadow_all,
-                    label: Label::AdHoc,
-                })
-            }
-        }
-    }
-
-    fn policy_buckets(
-        &self,
-        policy: &Policy,
-        raw: &BTreeMap<String, String>,
-        cost: u64,
-    ) -> Result<Vec<BucketSpec>, Invalid> {
-        let values = request::identifiers(policy, raw, cost)?;
-        let buckets = policy.buckets.iter().map(|b| {
-            let parts: Vec<&str> =
-                b.on.iter().map(|f| values.get(f.as_str()).map_or("", String::as_str)).collect();
-            let scope = KeyScope::Policy {
-                policy: &policy.name,
-                bucket: &b.name,
-                algorithm: b.algorithm,
-                values: &parts,
-            };
-            BucketSpec {
-                name: b.name.clone(),
-                key: bucket_key(&self.secret, &scope),
-                limit: b.limit,
-                window: b.window,
-                algorithm: b.algorithm,
-                lockout: None,
-            }
-        });
-        Ok(buckets.collect())
-    }
-}
-
-/// What the store may do in memory for a check whose policy chose these.
-fn memory_fallback(on_store_error: OnStoreError, share: FallbackShare) -> MemoryFallback {
-    match (on_store_error, share) {
-        (OnStoreError::Memory, FallbackShare::Split) => MemoryFallback::Split,
-        (OnStoreError::Memory, FallbackShare::Full) => MemoryFallback::Full,
-        (OnStoreError::Allow | OnStoreError::Deny, _) => MemoryFallback::Refuse,
+    /// The answer of an allow list (`allowed`) or a deny list: nothing
+    /// counted, nothing asked of the store.
+    fn listed(&self, batch: &CheckBatch, allowed: bool) -> Answer {
+        let now = Utc::now();
+        let buckets = batch
+            .buckets
+            .iter()
+            .map(|b| BucketAnswer {
+                allowed,
+                remaining: if allowed { b.limit } else { 0 },
+                reset_at: now,
+                retry_at: None,
+                blocked: false,
+            })
+            .collect();
+        let degraded = self.store.is_degraded();
+        Answer { buckets, now, store: StoreKind::None, degraded, cached: false }
     }
 }
 
@@ -202,7 +154,13 @@ fn admit_uncounted(batch: &CheckBatch) -> Answer {
     let buckets = batch
         .buckets
         .iter()
-        .map(|b| BucketAnswer { allowed: true, remaining: b.limit, reset_at: now, retry_at: None, blocked: false })
+        .map(|b| BucketAnswer {
+            allowed: true,
+            remaining: b.limit,
+            reset_at: now,
+            retry_at: None,
+            blocked: false,
+        })
         .collect();
     Answer { buckets, now, store: StoreKind::None, degraded: true, cached: false }
 }

@@ -23,6 +23,15 @@ pub enum CheckRequest {
 }
 
 impl CheckRequest {
+    /// The same check with cost 0: the state, consuming nothing.
+    pub fn peek(&self) -> Self {
+        let mut peek = self.clone();
+        match &mut peek {
+            Self::Policy { cost, .. } | Self::AdHoc { cost, .. } => *cost = 0,
+        }
+        peek
+    }
+
     /// What logs and metrics call the check: the policy's name, or `_adhoc`.
     pub fn policy_label(&self) -> &str {
         match self {
@@ -53,6 +62,12 @@ pub enum Invalid {
     CostRange,
     #[error("cost {cost} exceeds the limit {limit} of bucket {bucket:?}, so it could never be allowed")]
     CostOverLimit { cost: u64, limit: u64, bucket: Arc<str> },
+    #[error("{name:?} is not a bucket of policy {policy:?}")]
+    UnknownBucket { field: &'static str, name: String, policy: String },
+    #[error("for {0} (a duration such as \"15m\")")]
+    BlockFor(String),
+    #[error("reason must be at most {} bytes", super::actions::MAX_REASON_LEN)]
+    ReasonLength,
 }
 
 /// An ad hoc request, validated.
@@ -106,6 +121,28 @@ pub(super) fn identifiers<'p>(
     }
     for bucket in &policy.buckets {
         check_cost_fits(cost, bucket.limit, &bucket.name)?;
+    }
+    Ok(values)
+}
+
+/// Normalises the identifiers given, which may be only some of the
+/// policy's (a block names what it blocks); an unknown one is refused.
+pub(super) fn some_identifiers<'p>(
+    policy: &'p Policy,
+    raw: &BTreeMap<String, String>,
+) -> Result<BTreeMap<&'p str, String>, Invalid> {
+    let mut values = BTreeMap::new();
+    for (name, value) in raw {
+        let Some((declared, kind)) = policy.identifiers.get_key_value(name) else {
+            return Err(Invalid::UnexpectedIdentifier {
+                name: name.clone(),
+                policy: policy.name.clone(),
+                expected: policy.identifiers.keys().cloned().collect(),
+            });
+        };
+        let value =
+            kind.normalise(value).map_err(|reason| Invalid::BadIdentifier { name: name.clone(), reason })?;
+        values.insert(declared.as_str(), value);
     }
     Ok(values)
 }

@@ -23,11 +23,7 @@ pub async fn check(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
     state.auth.verify(&headers)?;
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => Error::BodyTooLarge { limit: MAX_BODY_BYTES },
-        _ => Error::MalformedJson(rejection.body_text()),
-    })?;
-    let request = parse(&body)?;
+    let request = parse(&body_bytes(body)?)?;
     let decision = state.limiter.check(&request).await;
     // An invalid request's policy name is the caller's text, not configuration: left out.
     match &decision {
@@ -38,7 +34,28 @@ pub async fn check(
     Ok(respond(decision?))
 }
 
-fn respond(decision: Decision) -> Response {
+/// `POST /reset`: the check's buckets (or those named) back to full, then
+/// a peek at them.
+pub async fn reset(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Error> {
+    state.auth.verify(&headers)?;
+    let (request, buckets) = parse_reset(&body_bytes(body)?)?;
+    let decision = state.limiter.reset(&request, buckets.as_deref()).await?;
+    Ok(respond(decision))
+}
+
+/// The body, or the problem with it.
+pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Error> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::BodyTooLarge { limit: MAX_BODY_BYTES },
+        _ => Error::MalformedJson(rejection.body_text()),
+    })
+}
+
+pub fn respond(decision: Decision) -> Response {
     let status = if decision.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     (status, rate_limit_headers(&decision), Json(decision)).into_response()
 }
@@ -56,12 +73,28 @@ struct CheckBody {
     window: Option<String>,
     algorithm: Option<Algorithm>,
     cost: Option<u64>,
+    /// `/reset` only: which of the check's buckets to reset.
+    buckets: Option<Vec<String>>,
 }
 
 /// Parses a body into one of the two forms; every error names the field at
 /// fault. The values are validated by the limiter.
 pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
-    let raw = deserialize(body)?;
+    let raw: CheckBody = deserialize(body)?;
+    if raw.buckets.is_some() {
+        return Err(Error::field("buckets", "buckets goes with POST /reset, not /check"));
+    }
+    request(raw)
+}
+
+/// A `/reset` body: a check's, and optionally which of its buckets.
+pub fn parse_reset(body: &[u8]) -> Result<(CheckRequest, Option<Vec<String>>), Error> {
+    let mut raw: CheckBody = deserialize(body)?;
+    let buckets = raw.buckets.take();
+    Ok((request(raw)?, buckets))
+}
+
+fn request(raw: CheckBody) -> Result<CheckRequest, Error> {
     let cost = raw.cost.unwrap_or(1);
     match (&raw.policy, &raw.key) {
         (Some(_), Some(_)) => {
@@ -103,9 +136,9 @@ fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {
     Ok(())
 }
 
-fn deserialize(body: &[u8]) -> Result<CheckBody, Error> {
+pub fn deserialize<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let raw: CheckBody = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let raw: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if !inner.is_data() {
@@ -121,7 +154,7 @@ fn deserialize(body: &[u8]) -> Result<CheckBody, Error> {
 /// Identifiers as a map that refuses a name given twice: JSON allows
 /// duplicate keys, and silently keeping the last would let a caller send
 /// one value to a validating proxy and another to pglimit.
-fn unique_keys<'de, D: serde::Deserializer<'de>>(
+pub fn unique_keys<'de, D: serde::Deserializer<'de>>(
     de: D,
 ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
     struct Unique;

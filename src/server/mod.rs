@@ -1,5 +1,6 @@
 //! The HTTP surface: the router, its shared state, and `serve`.
 
+mod admin;
 mod auth;
 mod check;
 mod headers;
@@ -39,6 +40,9 @@ pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 pub struct AppState {
     pub limiter: Arc<Limiter<ServiceStore>>,
     pub auth: Arc<Auth>,
+    /// Who may use the admin routes; `None`: nobody (no admin token on a
+    /// network bind).
+    pub admin: Option<Arc<Auth>>,
     /// `None` with `PGLIMIT_METRICS=false`: `/metrics` is a 404.
     pub metrics: Option<Arc<MetricsEndpoint>>,
     pub request_timeout: Duration,
@@ -49,6 +53,8 @@ pub fn router(state: AppState) -> Router {
     let timeout = state.request_timeout;
     let routes = Router::new()
         .route("/check", post(check::check))
+        .route("/reset", post(check::reset))
+        .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
@@ -89,6 +95,7 @@ async fn readyz(State(state): State<AppState>) -> Json<Value> {
         "store": answering,
         "degraded": degraded,
         "instances": store.instances(),
+        "actions": store.actions_heard(),
         "policies": policies.hash(),
     }))
 }

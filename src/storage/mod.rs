@@ -252,7 +252,6 @@ pub struct Block {
     pub created_at: DateTime<Utc>,
 }
 
-
 /// What the fallback needs of the shared store, beyond checks.
 pub trait Primary: Store {
     /// Succeeds if the store answers within `budget`; changes nothing.

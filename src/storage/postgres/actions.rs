@@ -46,7 +46,8 @@ pub(super) struct ActionConn(Mutex<Option<PgConnection>>);
 /// The statements of one action, run inside its transaction.
 type Work<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
-type BlockRow = (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
+type BlockRow =
+    (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
 
 impl ActionConn {
     pub fn new() -> Self {
@@ -74,7 +75,8 @@ impl ActionConn {
         reason: Option<&str>,
     ) -> Result<DateTime<Utc>, StoreError> {
         let targets = targets.to_vec();
-        let (ms, reason) = (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
+        let (ms, reason) =
+            (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
         self.transaction(session, move |tx| {
             Box::pin(async move {
                 let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
@@ -108,7 +110,8 @@ impl ActionConn {
     pub async fn list(&self, session: &Session, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.transaction(session, move |tx| {
             Box::pin(async move {
-                let rows: Vec<BlockRow> = sqlx::query_as(LIST).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
+                let rows: Vec<BlockRow> =
+                    sqlx::query_as(LIST).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
                 Ok(rows.into_iter().filter_map(block).collect())
             })
         })

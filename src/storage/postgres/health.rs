@@ -146,7 +146,8 @@ impl Health {
             None => slot.insert(session.open().await?),
         };
         let alive_ms = ALIVE_FOR.as_millis() as i64;
-        let beat = sqlx::query_as::<_, (i64, i64)>(BEAT).bind(&self.id[..]).bind(alive_ms).fetch_one(conn).await;
+        let beat =
+            sqlx::query_as::<_, (i64, i64)>(BEAT).bind(&self.id[..]).bind(alive_ms).fetch_one(conn).await;
         let (others, generation) = beat.inspect_err(|_| *slot = None)?;
         self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
         heard.read(generation.max(0) as u64);

@@ -137,7 +137,8 @@ async fn check_batch(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let buckets = || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
+    let buckets =
+        || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
     sqlx::query_as(CHECK_BATCH)
         .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())

@@ -1,0 +1,133 @@
+//! Acting on limits: a reset after a success, and an operator's blocks.
+//! Each action is one transaction in Postgres that every instance hears of
+//! (see `storage::Actions`); while Postgres is away they are refused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::plan::bucket_spec;
+use super::request::{self, CheckRequest, Invalid};
+use super::{CheckError, Decision, Limiter};
+use crate::policy::{parse_window, BucketDef, Policy};
+use crate::storage::{Actions, Block, BlockTarget, Key, Store, StoreError};
+
+/// Longest reason kept with a block, in bytes.
+pub const MAX_REASON_LEN: usize = 500;
+
+/// A block's target and terms, as an operator gives them. Identifiers may
+/// be some of the policy's: every bucket counting over only those is
+/// blocked, unless `bucket` names one.
+#[derive(Debug, Clone)]
+pub struct BlockRequest {
+    pub policy: String,
+    pub identifiers: BTreeMap<String, String>,
+    pub bucket: Option<String>,
+    /// How long (`"15m"`); required to block, ignored to unblock.
+    pub duration: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl<S: Store + Actions> Limiter<S> {
+    /// Puts the named buckets of `request`'s check (all of them by default)
+    /// back to full and lifts their lockouts; answers a peek taken after.
+    pub async fn reset(
+        &self,
+        request: &CheckRequest,
+        buckets: Option<&[String]>,
+    ) -> Result<Decision, CheckError> {
+        let peek = request.peek();
+        let plan = self.plan(&peek)?;
+        let policy = plan.label.as_str().to_owned();
+        let keys: Vec<Key> = match buckets {
+            None => plan.batch.buckets.iter().map(|b| b.key).collect(),
+            Some(names) => names
+                .iter()
+                .map(|name| {
+                    let found = plan.batch.buckets.iter().find(|b| &*b.name == name.as_str()).map(|b| b.key);
+                    found.ok_or_else(|| Invalid::UnknownBucket {
+                        field: "buckets",
+                        name: name.clone(),
+                        policy: policy.clone(),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        self.store.reset(&keys).await.map_err(unavailable)?;
+        self.check(&peek).await
+    }
+
+    /// Blocks the target's bucket keys; returns them and when the block ends.
+    pub async fn block(
+        &self,
+        request: &BlockRequest,
+    ) -> Result<(Vec<BlockTarget>, DateTime<Utc>), CheckError> {
+        let duration =
+            parse_window(request.duration.as_deref().ok_or(Invalid::BlockFor("is required".into()))?)
+                .map_err(Invalid::BlockFor)?;
+        if request.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_LEN) {
+            return Err(Invalid::ReasonLength.into());
+        }
+        let targets = self.targets(request)?;
+        let until =
+            self.store.block(&targets, duration, request.reason.as_deref()).await.map_err(unavailable)?;
+        Ok((targets, until))
+    }
+
+    /// Lifts every block on the target's bucket keys; returns them and how
+    /// many blocks there were.
+    pub async fn unblock(&self, request: &BlockRequest) -> Result<(Vec<BlockTarget>, u64), CheckError> {
+        let targets = self.targets(request)?;
+        let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
+        let lifted = self.store.unblock(&keys).await.map_err(unavailable)?;
+        Ok((targets, lifted))
+    }
+
+    pub async fn blocks(&self, limit: u32) -> Result<Vec<Block>, CheckError> {
+        self.store.blocks(limit).await.map_err(unavailable)
+    }
+
+    fn targets(&self, request: &BlockRequest) -> Result<Vec<BlockTarget>, Invalid> {
+        let policies = self.policies.load();
+        let policy =
+            policies.get(&request.policy).ok_or_else(|| Invalid::UnknownPolicy(request.policy.clone()))?;
+        let values = request::some_identifiers(policy, &request.identifiers)?;
+        let chosen: Vec<&BucketDef> = match &request.bucket {
+            None => policy.buckets.iter().collect(),
+            Some(name) => vec![named_bucket(policy, name)?],
+        };
+        let targets: Vec<BlockTarget> = chosen
+            .into_iter()
+            .filter_map(|b| bucket_spec(&self.secret, policy, b, &values, b.limit))
+            .map(|spec| BlockTarget { key: spec.key, policy: policy.name.clone(), bucket: spec.name })
+            .collect();
+        if targets.is_empty() {
+            return Err(no_bucket_covered(policy, request.bucket.as_deref(), &values));
+        }
+        Ok(targets)
+    }
+}
+
+fn named_bucket<'p>(policy: &'p Policy, name: &str) -> Result<&'p BucketDef, Invalid> {
+    policy.buckets.iter().find(|b| &*b.name == name).ok_or_else(|| Invalid::UnknownBucket {
+        field: "bucket",
+        name: name.to_owned(),
+        policy: policy.name.to_string(),
+    })
+}
+
+/// The identifiers are too few for any bucket asked for: name one missing.
+fn no_bucket_covered(policy: &Policy, bucket: Option<&str>, values: &BTreeMap<&str, String>) -> Invalid {
+    let wanted = policy.buckets.iter().filter(|b| bucket.is_none_or(|name| &*b.name == name));
+    let missing = wanted.flat_map(|b| b.on.iter()).find(|f| !values.contains_key(f.as_str()));
+    let name = missing.cloned().unwrap_or_default();
+    Invalid::MissingIdentifier { name, policy: Arc::clone(&policy.name) }
+}
+
+fn unavailable(e: StoreError) -> CheckError {
+    if !matches!(e, StoreError::Unavailable) {
+        tracing::warn!(error = %e, "an action on limits failed");
+    }
+    CheckError::StoreUnavailable
+}

@@ -1,0 +1,128 @@
+//! From a validated request to the buckets it checks: keys, limits (a
+//! matching override's, if any), lockouts, and what to do if Postgres
+//! cannot answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::key::{bucket_key, KeyScope, KeySecret};
+use super::request::{self, CheckRequest, Invalid};
+use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
+use crate::storage::{BucketSpec, CheckBatch, Lockout, MemoryFallback};
+use crate::telemetry::Label;
+
+/// What a request will check, and how its outcome is reported.
+pub struct Plan {
+    pub batch: CheckBatch,
+    /// What to do if Postgres cannot answer.
+    pub on_store_error: OnStoreError,
+    /// Decided and counted, but never refused.
+    pub shadow: bool,
+    pub label: Label,
+    /// The override entry that matched, if any.
+    pub matched: Option<Matched>,
+}
+
+/// An override that applies to a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Matched {
+    /// Its position among the policy's `[[overrides]]`, from 0.
+    pub index: usize,
+    pub action: Applied,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applied {
+    /// Other limits, counted as usual.
+    Limits,
+    /// Admitted, not counted.
+    Unlimited,
+    /// Refused, nothing asked of the store.
+    Deny,
+}
+
+pub(super) fn plan(
+    policies: &Policies,
+    secret: &KeySecret,
+    shadow_all: bool,
+    request: &CheckRequest,
+) -> Result<Plan, Invalid> {
+    match request {
+        CheckRequest::Policy { policy, identifiers, cost } => {
+            let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
+            let values = request::identifiers(policy, identifiers, *cost)?;
+            let over = policy.override_for(&values);
+            let limits = |b: &BucketDef| policy.limit_for(b, over);
+            let buckets =
+                policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, &values, limits(b)));
+            let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
+            Ok(Plan {
+                batch: CheckBatch { buckets: buckets.collect(), cost: *cost, fallback },
+                on_store_error: policy.on_store_error,
+                shadow: shadow_all || policy.mode == Mode::Shadow,
+                label: Label::Policy(policy.name.clone()),
+                matched: over.map(|o| Matched { index: o.index, action: applied(&o.action) }),
+            })
+        }
+        CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
+            let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
+            let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
+            let spec = BucketSpec {
+                name: Arc::from("default"),
+                key: bucket_key(secret, &scope),
+                limit: valid.limit,
+                window: valid.window,
+                algorithm: valid.algorithm,
+                lockout: None,
+            };
+            // Ad hoc keys fall back as a policy does by default.
+            let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
+            let fallback = memory_fallback(on_store_error, share);
+            let batch = CheckBatch { buckets: vec![spec], cost: *cost, fallback };
+            Ok(Plan { batch, on_store_error, shadow: shadow_all, label: Label::AdHoc, matched: None })
+        }
+    }
+}
+
+fn applied(action: &OverrideAction) -> Applied {
+    match action {
+        OverrideAction::Limits(_) => Applied::Limits,
+        OverrideAction::Unlimited => Applied::Unlimited,
+        OverrideAction::Deny => Applied::Deny,
+    }
+}
+
+/// Bucket `b` of `policy` over these normalised values, or `None` if a
+/// value it counts over is not among them (a block may name only some).
+pub(super) fn bucket_spec(
+    secret: &KeySecret,
+    policy: &Policy,
+    b: &BucketDef,
+    values: &BTreeMap<&str, String>,
+    limit: u64,
+) -> Option<BucketSpec> {
+    let parts: Option<Vec<&str>> = b.on.iter().map(|f| values.get(f.as_str()).map(String::as_str)).collect();
+    let parts = parts?;
+    let scope =
+        KeyScope::Policy { policy: &policy.name, bucket: &b.name, algorithm: b.algorithm, values: &parts };
+    let lockout =
+        b.block_for.map(|duration| Lockout { duration, name: format!("{}/{}", policy.name, b.name).into() });
+    Some(BucketSpec {
+        name: b.name.clone(),
+        key: bucket_key(secret, &scope),
+        limit,
+        window: b.window,
+        algorithm: b.algorithm,
+        lockout,
+    })
+}
+
+/// What the store may do in memory for a check whose policy chose these.
+fn memory_fallback(on_store_error: OnStoreError, share: FallbackShare) -> MemoryFallback {
+    match (on_store_error, share) {
+        (OnStoreError::Memory, FallbackShare::Split) => MemoryFallback::Split,
+        (OnStoreError::Memory, FallbackShare::Full) => MemoryFallback::Full,
+        (OnStoreError::Allow | OnStoreError::Deny, _) => MemoryFallback::Refuse,
+    }
+}

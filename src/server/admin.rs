@@ -1,0 +1,113 @@
+//! The admin routes: `POST`, `DELETE` and `GET /admin/blocks`.
+//!
+//! They take an admin token (`PGLIMIT_ADMIN_TOKENS`), never an API token:
+//! an application may reset its own users' counters, but only an operator
+//! blocks. Without admin tokens they are served on a loopback bind only.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use chrono::SecondsFormat;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::check::{body_bytes, deserialize, unique_keys};
+use super::AppState;
+use crate::error::Error;
+use crate::limiter::BlockRequest;
+use crate::storage::{Block, BlockTarget};
+
+/// Most blocks one listing returns, and the default.
+const MAX_LISTED: u32 = 10_000;
+const DEFAULT_LISTED: u32 = 1_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockBody {
+    policy: String,
+    #[serde(deserialize_with = "unique_keys")]
+    identifiers: Option<BTreeMap<String, String>>,
+    bucket: Option<String>,
+    #[serde(rename = "for")]
+    duration: Option<String>,
+    reason: Option<String>,
+}
+
+impl BlockBody {
+    fn into_request(self) -> Result<BlockRequest, Error> {
+        let identifiers =
+            self.identifiers.ok_or_else(|| Error::field("identifiers", "identifiers is required"))?;
+        let (policy, bucket, duration, reason) = (self.policy, self.bucket, self.duration, self.reason);
+        Ok(BlockRequest { policy, identifiers, bucket, duration, reason })
+    }
+}
+
+fn verify(state: &AppState, headers: &HeaderMap) -> Result<(), Error> {
+    state.admin.as_ref().ok_or(Error::AdminDisabled)?.verify(headers)
+}
+
+pub async fn block(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, Error> {
+    verify(&state, &headers)?;
+    let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
+    let (targets, until) = state.limiter.block(&request).await?;
+    let until = until.to_rfc3339_opts(SecondsFormat::Millis, true);
+    Ok(Json(json!({ "blocked": targets.iter().map(target).collect::<Vec<_>>(), "until": until })))
+}
+
+pub async fn unblock(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, Error> {
+    verify(&state, &headers)?;
+    let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
+    let (targets, lifted) = state.limiter.unblock(&request).await?;
+    Ok(Json(json!({ "unblocked": targets.iter().map(target).collect::<Vec<_>>(), "lifted": lifted })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listing {
+    limit: Option<u32>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<Listing>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, Error> {
+    verify(&state, &headers)?;
+    let Query(listing) = query.map_err(|e| Error::field("limit", e.body_text()))?;
+    let limit = listing.limit.unwrap_or(DEFAULT_LISTED);
+    if !(1..=MAX_LISTED).contains(&limit) {
+        return Err(Error::field("limit", format!("limit must be from 1 to {MAX_LISTED}")));
+    }
+    let blocks = state.limiter.blocks(limit).await?;
+    Ok(Json(json!({ "blocks": blocks.iter().map(listed).collect::<Vec<_>>() })))
+}
+
+/// A blocked bucket key, by the names an operator knows it by; never an identifier.
+fn target(t: &BlockTarget) -> Value {
+    json!({ "key": hex::encode(t.key), "policy": &*t.policy, "bucket": &*t.bucket })
+}
+
+fn listed(b: &Block) -> Value {
+    let at = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+    json!({
+        "key": hex::encode(b.key),
+        "kind": b.kind,
+        "policy": b.policy,
+        "bucket": b.bucket,
+        "until": at(&b.until),
+        "reason": b.reason,
+        "created_at": at(&b.created_at),
+    })
+}
