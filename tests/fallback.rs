@@ -180,3 +180,33 @@ async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_are_refused_with_503_while_postgres_is_away() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[]).await;
+    stop(StopMode::Fast).await;
+    check(&app, json!({ "key": unique("trip"), "limit": 5, "window": "1m" })).await.assert_memory_admits();
+    let login = json!({ "policy": "login", "identifiers": { "email": "a@example.com", "ip": "192.0.2.1" } });
+    let block = json!({ "policy": "login", "identifiers": { "ip": "192.0.2.1" }, "for": "1m" });
+    for (method, path, body) in [
+        ("POST", "/reset", login),
+        ("POST", "/admin/blocks", block.clone()),
+        ("DELETE", "/admin/blocks", block),
+        ("GET", "/admin/blocks", serde_json::Value::Null),
+    ] {
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json");
+        let body =
+            if body.is_null() { axum::body::Body::empty() } else { axum::body::Body::from(body.to_string()) };
+        let reply = common::send(&app, request.body(body).unwrap()).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{method} {path}: {}", reply.body);
+        assert_eq!(reply.body["type"], "urn:pglimit:problem:store-unavailable");
+        assert_eq!(reply.header("retry-after"), "1");
+    }
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+}

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actions;
 mod adhoc;
 mod algorithms;
 mod cleanup;

@@ -1,0 +1,292 @@
+//! Acting on limits, with two instances on one database: a reset, a block
+//! or an unblock made through one is honoured by the other, deny caches
+//! included; lockouts; overrides, allow and deny lists.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use serde_json::{json, Value};
+
+use crate::common::{check, fresh_database, instance, login, policy_file, readyz, remaining, send, Reply};
+
+const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
+
+async fn call(app: &pglimit::AppState, method: Method, path: &str, body: Value) -> Reply {
+    let request = Request::builder().method(method).uri(path).header("content-type", "application/json");
+    send(app, request.body(Body::from(body.to_string())).unwrap()).await
+}
+
+/// The actions generation as Postgres holds it.
+async fn generation(url: &str) -> u64 {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    let (g,): (i64,) =
+        sqlx::query_as("SELECT generation FROM pglimit_actions").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    g as u64
+}
+
+/// Waits until `app` has heard of every action taken so far on `url`.
+async fn wait_until_heard(app: &pglimit::AppState, url: &str) {
+    let (wanted, deadline) = (generation(url).await, Instant::now() + Duration::from_secs(15));
+    while readyz(app).await["actions"].as_u64().unwrap_or(0) < wanted {
+        assert!(Instant::now() < deadline, "generation {wanted} was never heard");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_on_one_instance_lets_the_very_next_check_on_another_through() {
+    let url = fresh_database().await;
+    let (a, b) = (instance(&url, &[]).await, instance(&url, &[]).await);
+    let alice = login("alice@example.com", "203.0.113.5");
+    for _ in 0..5 {
+        assert_eq!(check(&a, alice.clone()).await.status, StatusCode::OK);
+    }
+    assert_eq!(check(&a, alice.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(check(&b, alice.clone()).await.status, StatusCode::TOO_MANY_REQUESTS, "B remembers it");
+
+    let mut reset = alice.clone();
+    reset["buckets"] = json!(["email_ip"]);
+    let reply = call(&a, Method::POST, "/reset", reset).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(remaining(&reply.body, "email_ip"), 5, "a peek after the reset: {}", reply.body);
+    assert_eq!(remaining(&reply.body, "ip"), 15, "the other buckets keep their counts");
+    wait_until_heard(&b, &url).await;
+    let next = check(&b, alice).await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_on_one_instance_denies_on_the_other_until_it_is_lifted() {
+    let url = fresh_database().await;
+    let (a, b) = (instance(&url, &[]).await, instance(&url, &[]).await);
+    let target = json!({ "policy": "login", "identifiers": { "ip": "198.51.100.9" }, "for": "15m", "reason": "abuse" });
+    let blocked = call(&b, Method::POST, "/admin/blocks", target.clone()).await;
+    assert_eq!(blocked.status, StatusCode::OK, "{}", blocked.body);
+    assert_eq!(
+        blocked.body["blocked"].as_array().map(Vec::len),
+        Some(1),
+        "only the ip bucket counts over ip alone"
+    );
+    assert_eq!(blocked.body["blocked"][0]["bucket"], "ip");
+
+    wait_until_heard(&a, &url).await;
+    let denied = check(&a, login("someone@example.com", "198.51.100.9")).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{}", denied.body);
+    assert_eq!(denied.body["blocked_by"], "ip");
+    let retry: u64 = denied.header("retry-after").parse().expect("Retry-After");
+    assert!((800..=900).contains(&retry), "retry after {retry} s for a 15 min block");
+    assert_eq!(remaining(&denied.body, "email_ip"), 5, "a blocked check consumes nothing");
+
+    let listed = send(&b, Request::get("/admin/blocks").body(Body::empty()).unwrap()).await;
+    let entry = &listed.body["blocks"][0];
+    assert_eq!((entry["kind"].as_str(), entry["reason"].as_str()), (Some("admin"), Some("abuse")));
+    assert_eq!(entry["key"].as_str().map(str::len), Some(64));
+    assert!(!listed.body.to_string().contains("198.51.100.9"), "never a raw identifier: {}", listed.body);
+
+    let lifted = call(&a, Method::DELETE, "/admin/blocks", target).await;
+    assert_eq!((lifted.status, lifted.body["lifted"].as_u64()), (StatusCode::OK, Some(1)));
+    wait_until_heard(&b, &url).await;
+    assert_eq!(check(&b, login("someone@example.com", "198.51.100.9")).await.status, StatusCode::OK);
+}
+
+fn lockout_policy(algorithm: &str) -> String {
+    format!(
+        "[policies.otp]\nidentifiers = {{ user = \"text\" }}\n[[policies.otp.buckets]]\n\
+         name = \"user\"\non = [\"user\"]\nlimit = 1\nwindow = \"2s\"\nalgorithm = \"{algorithm}\"\nblock_for = \"1h\"\n"
+    )
+}
+
+/// Limit 1 per 2 s with a 1 h lockout: the second check starts it; more
+/// than two windows later (when every algorithm's bucket alone would admit
+/// again) the key is still refused, until a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockout_outlasts_the_window_for_every_algorithm_and_a_reset_lifts_it() {
+    let otp = json!({ "policy": "otp", "identifiers": { "user": "u1" } });
+    let mut apps = Vec::new();
+    for algorithm in ALGORITHMS {
+        let file = policy_file(&lockout_policy(algorithm));
+        let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+        assert_eq!(check(&app, otp.clone()).await.status, StatusCode::OK, "{algorithm}");
+        let denied = check(&app, otp.clone()).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}");
+        assert!(denied.body["retry_after_s"].as_u64().unwrap_or(0) > 3000, "{algorithm}: {}", denied.body);
+        apps.push((algorithm, app));
+    }
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    for (algorithm, app) in apps {
+        let later = check(&app, otp.clone()).await;
+        assert_eq!(later.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", later.body);
+        assert_eq!(later.body["blocked_by"], "user", "{algorithm}");
+        let reset = call(&app, Method::POST, "/reset", otp.clone()).await;
+        assert_eq!(reset.status, StatusCode::OK, "{algorithm}: {}", reset.body);
+        assert_eq!(
+            check(&app, otp.clone()).await.status,
+            StatusCode::OK,
+            "{algorithm}: the reset lifted the lockout"
+        );
+    }
+}
+
+fn override_policy(algorithm: &str) -> String {
+    format!(
+        r#"[policies.api]
+identifiers = {{ email = "email", ip = "ip" }}
+[[policies.api.buckets]]
+name = "email"
+on = ["email"]
+limit = 2
+window = "1h"
+algorithm = "{algorithm}"
+[[policies.api.overrides]]
+when = {{ email = "*@partner.example" }}
+limits = {{ email = 6 }}
+[[policies.api.overrides]]
+when = {{ ip = "10.0.0.0/8" }}
+unlimited = true
+[[policies.api.overrides]]
+when = {{ ip = "203.0.113.66" }}
+deny = true
+"#
+    )
+}
+
+fn api(email: &str, ip: &str) -> Value {
+    json!({ "policy": "api", "identifiers": { "email": email, "ip": ip } })
+}
+
+/// How many of `n` checks of `body` are admitted.
+async fn admitted(app: &pglimit::AppState, body: &Value, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        admitted += usize::from(check(app, body.clone()).await.status == StatusCode::OK);
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_give_their_own_limit_an_allow_list_and_a_deny_list_for_every_algorithm() {
+    for algorithm in ALGORITHMS {
+        let file = policy_file(&override_policy(algorithm));
+        let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+        assert_eq!(
+            admitted(&app, &api("a@example.com", "192.0.2.1"), 5).await,
+            2,
+            "{algorithm}: the policy's limit"
+        );
+        let partner = api("b@partner.example", "192.0.2.1");
+        assert_eq!(admitted(&app, &partner, 9).await, 6, "{algorithm}: the partner's limit");
+        assert_eq!(check(&app, partner).await.body["override"], json!({ "index": 0, "action": "limits" }));
+
+        let internal = api("c@example.com", "10.1.2.3");
+        assert_eq!(admitted(&app, &internal, 20).await, 20, "{algorithm}: allow-listed, never denied");
+        let reply = check(&app, internal).await;
+        assert_eq!(
+            (reply.body["store"].as_str(), reply.body["override"]["action"].as_str()),
+            (Some("none"), Some("unlimited"))
+        );
+
+        let refused = check(&app, api("d@example.com", "203.0.113.66")).await;
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: deny-listed");
+        assert_eq!(refused.body["override"]["action"], "deny");
+        assert_eq!((refused.header("retry-after"), &refused.body["retry_after_s"]), ("", &Value::Null));
+    }
+}
+
+#[tokio::test]
+async fn the_admin_routes_take_an_admin_token_and_are_off_on_a_network_bind_without_one() {
+    let url = fresh_database().await;
+    let app = instance(&url, &[("PGLIMIT_API_TOKENS", "app"), ("PGLIMIT_ADMIN_TOKENS", "ops")]).await;
+    let list = |token: &str| {
+        Request::get("/admin/blocks")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(send(&app, list("app")).await.status, StatusCode::UNAUTHORIZED, "an API token is not enough");
+    assert_eq!(send(&app, list("ops")).await.status, StatusCode::OK);
+
+    let exposed = instance(&url, &[("PGLIMIT_BIND", "0.0.0.0:0"), ("PGLIMIT_API_TOKENS", "app")]).await;
+    let reply = send(&exposed, list("app")).await;
+    assert_eq!(
+        (reply.status, reply.body["type"].as_str()),
+        (StatusCode::FORBIDDEN, Some("urn:pglimit:problem:admin-disabled"))
+    );
+}
+
+#[tokio::test]
+async fn actions_name_the_field_at_fault() {
+    let app = instance(&fresh_database().await, &[]).await;
+    let cases = [
+        (
+            "/reset",
+            json!({ "policy": "login", "identifiers": { "email": "a@b.c", "ip": "192.0.2.1" }, "buckets": ["nope"] }),
+            "buckets",
+        ),
+        ("/admin/blocks", json!({ "policy": "login", "identifiers": { "ip": "192.0.2.1" } }), "for"),
+        (
+            "/admin/blocks",
+            json!({ "policy": "login", "identifiers": { "ip": "192.0.2.1" }, "for": "soon" }),
+            "for",
+        ),
+        (
+            "/admin/blocks",
+            json!({ "policy": "login", "identifiers": { "ip": "192.0.2.1" }, "bucket": "x", "for": "1m" }),
+            "bucket",
+        ),
+        ("/admin/blocks", json!({ "policy": "login", "identifiers": {}, "for": "1m" }), "identifiers.email"),
+    ];
+    for (path, body, field) in cases {
+        let reply = call(&app, Method::POST, path, body).await;
+        assert_eq!(
+            (reply.status, reply.body["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(field)),
+            "{}",
+            reply.body
+        );
+    }
+    let on_check =
+        check(&app, json!({ "key": "k", "limit": 1, "window": "1m", "buckets": ["default"] })).await;
+    assert_eq!(on_check.body["field"], "buckets");
+}
+
+/// Listener connections of this test's database.
+async fn listeners(url: &str, kill: bool) -> i64 {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    let select = if kill { "count(pg_terminate_backend(pid))" } else { "count(*)" };
+    let sql = format!(
+        "SELECT {select} FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+    );
+    let (n,): (i64,) = sqlx::query_as(&sql).fetch_one(&pool).await.expect("pg_stat_activity");
+    pool.close().await;
+    n
+}
+
+/// The listeners are killed just before the reset, so its notification may
+/// reach nobody. Each instance forgets everything when it listens again (1 s
+/// later) and when its heartbeat (every 2 s) reads a generation it never
+/// heard announced: so B converges within about 3 s. The test allows 15.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_notification_still_converges_within_a_bounded_time() {
+    let url = fresh_database().await;
+    let (a, b) = (instance(&url, &[]).await, instance(&url, &[]).await);
+    let alice = login("alice@example.com", "203.0.113.5");
+    for _ in 0..6 {
+        check(&a, alice.clone()).await;
+    }
+    assert_eq!(check(&b, alice.clone()).await.status, StatusCode::TOO_MANY_REQUESTS, "B remembers it");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while listeners(&url, false).await < 2 {
+        assert!(Instant::now() < deadline, "the instances never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(listeners(&url, true).await, 2);
+    assert_eq!(call(&a, Method::POST, "/reset", alice.clone()).await.status, StatusCode::OK);
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while check(&b, alice.clone()).await.status != StatusCode::OK {
+        assert!(Instant::now() < deadline, "B still answers from a stale memory");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
