@@ -124,6 +124,8 @@ BEGIN
                 k_name[j] := p_names[i];
             END IF;
             IF a_blocked[i] OR k_locked[j] THEN
+                -- Blocked from here on, and said so from this first denial.
+                a_blocked[i] := true;
                 until_us := k_block[j];
                 a_rem[i] := 0;
                 a_retry[i] := greatest(coalesce(a_retry[i], 0), until_us);

@@ -100,23 +100,27 @@ fn lockout_policy(algorithm: &str) -> String {
 
 /// Limit 1 per 2 s with a 1 h lockout: the second check starts it; more
 /// than two windows later (when every algorithm's bucket alone would admit
-/// again) the key is still refused, until a reset.
+/// again) the key is still refused by Postgres, until a reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lockout_outlasts_the_window_for_every_algorithm_and_a_reset_lifts_it() {
     let otp = json!({ "policy": "otp", "identifiers": { "user": "u1" } });
     let mut apps = Vec::new();
     for algorithm in ALGORITHMS {
         let file = policy_file(&lockout_policy(algorithm));
-        let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+        let url = fresh_database().await;
+        let env = [("PGLIMIT_POLICIES", file.to_str().unwrap())];
+        let app = instance(&url, &env).await;
         assert_eq!(check(&app, otp.clone()).await.status, StatusCode::OK, "{algorithm}");
         let denied = check(&app, otp.clone()).await;
         assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}");
         assert!(denied.body["retry_after_s"].as_u64().unwrap_or(0) > 3000, "{algorithm}: {}", denied.body);
-        apps.push((algorithm, app));
+        assert_eq!(denied.body["blocked_by"], "user", "{algorithm}: the denial starts the lockout");
+        // A second instance remembers no denial: Postgres decides for it.
+        apps.push((algorithm, app, instance(&url, &env).await));
     }
     tokio::time::sleep(Duration::from_millis(4500)).await;
-    for (algorithm, app) in apps {
-        let later = check(&app, otp.clone()).await;
+    for (algorithm, app, other) in apps {
+        let later = check(&other, otp.clone()).await;
         assert_eq!(later.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", later.body);
         assert_eq!(later.body["blocked_by"], "user", "{algorithm}");
         let reset = call(&app, Method::POST, "/reset", otp.clone()).await;
