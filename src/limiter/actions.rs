@@ -37,6 +37,7 @@ impl<S: Store + Actions> Limiter<S> {
         request: &CheckRequest,
         buckets: Option<&[String]>,
     ) -> Result<Decision, CheckError> {
+        self.plan(request)?; // refused as /check would refuse it, cost included
         let peek = request.peek();
         let plan = self.plan(&peek)?;
         let policy = plan.label.as_str().to_owned();

@@ -46,11 +46,15 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
     }
     documented.sort();
     let routes = [
+        ("DELETE", "/admin/blocks"),
+        ("GET", "/admin/blocks"),
         ("GET", "/healthz"),
         ("GET", "/metrics"),
         ("GET", "/openapi.json"),
         ("GET", "/readyz"),
+        ("POST", "/admin/blocks"),
         ("POST", "/check"),
+        ("POST", "/reset"),
     ];
     let routes: Vec<(String, String)> = routes.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(documented, routes, "the router's routes (listed in src/server/mod.rs)");
