@@ -32,9 +32,10 @@ INSERT INTO pglimit_actions VALUES (1, 0);
 -- lockouts: a blocked bucket denies its check (nothing is consumed) until
 -- the block ends; a bucket with a lockout (p_block_for_ms > 0) that denies
 -- blocks its key for that long from the denial. Blocks are read in the same
--- call, so a check still costs one round trip.
-DROP FUNCTION pglimit_check_batch(integer[], bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz);
-
+-- call, so a check still costs one round trip. An overload of the first
+-- version (two more arguments; at the end of this file that version becomes
+-- a wrapper around this one, so that instances of the previous build keep
+-- working during a rolling deploy).
 CREATE FUNCTION pglimit_check_batch(
     p_checks       integer[],
     p_keys         bytea[],
@@ -155,4 +156,30 @@ BEGIN
     SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
     FROM unnest(a_allowed, a_rem, a_full, a_retry, a_blocked) WITH ORDINALITY AS r(al, rem, fu, re, bl, o);
 END
+$$;
+
+-- The first version's signature, for instances of the previous build: no
+-- lockouts, blocks honoured.
+CREATE OR REPLACE FUNCTION pglimit_check_batch(
+    p_checks     integer[],
+    p_keys       bytea[],
+    p_limits     bigint[],
+    p_windows_ms bigint[],
+    p_algos      smallint[],
+    p_costs      bigint[],
+    p_now        timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    o_pos       integer,
+    o_allowed   boolean,
+    o_remaining bigint,
+    o_reset_at  timestamptz,
+    o_retry_at  timestamptz,
+    o_now       timestamptz
+) LANGUAGE sql AS $$
+    SELECT b.o_pos, b.o_allowed, b.o_remaining, b.o_reset_at, b.o_retry_at, b.o_now
+    FROM pglimit_check_batch(
+        p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs,
+        array_fill(0::bigint, ARRAY[coalesce(cardinality(p_keys), 0)]),
+        array_fill(NULL::text, ARRAY[coalesce(cardinality(p_keys), 0)]),
+        p_now) AS b
 $$;
