@@ -318,3 +318,33 @@ async fn the_batch_function_of_the_previous_build_still_answers_and_honours_bloc
     assert!(!allowed, "blocked");
     pool.close().await;
 }
+
+fn single_bucket_policy(algorithm: &str) -> String {
+    format!(
+        "[policies.one]\nidentifiers = {{ ip = \"ip\" }}\n[[policies.one.buckets]]\n\
+         name = \"ip\"\non = [\"ip\"]\nlimit = 100\nwindow = \"1h\"\nalgorithm = \"{algorithm}\"\n"
+    )
+}
+
+/// One fixed-window bucket takes the plain upsert, the other algorithms the
+/// batch function: a block holds on both roads, and consumes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_holds_for_every_algorithm_and_consumes_nothing() {
+    for algorithm in ALGORITHMS {
+        let file = policy_file(&single_bucket_policy(algorithm));
+        let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+        let body = json!({ "policy": "one", "identifiers": { "ip": "192.0.2.44" } });
+        let target = json!({ "policy": "one", "identifiers": { "ip": "192.0.2.44" }, "for": "10m" });
+        assert_eq!(call(&app, Method::POST, "/admin/blocks", target.clone()).await.status, StatusCode::OK);
+        for _ in 0..3 {
+            let denied = check(&app, body.clone()).await;
+            assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", denied.body);
+            assert_eq!(denied.body["blocked_by"], "ip", "{algorithm}");
+            assert_eq!(denied.body["buckets"][0]["blocked"], true, "{algorithm}");
+        }
+        assert_eq!(call(&app, Method::DELETE, "/admin/blocks", target).await.status, StatusCode::OK);
+        let admitted = check(&app, body).await;
+        assert_eq!(admitted.status, StatusCode::OK, "{algorithm}");
+        assert_eq!(remaining(&admitted.body, "ip"), 99, "{algorithm}: the blocked checks took nothing");
+    }
+}
