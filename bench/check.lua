@@ -1,13 +1,22 @@
--- wrk script for bench/run: POST /check with pglimit's ad hoc request form.
+-- wrk script for bench/run: POST /check with pglimit's ad hoc request form,
+-- or (BENCH_MODE=policy) its policy form.
 --
 -- Environment:
 --   BENCH_MODE   random (default): key "k<1..BENCH_KEYS>" at random
 --                hot:    always key "hot"
 --                deny:   key "deny<1..BENCH_KEYS>" at random (limit BENCH_LIMIT,
 --                        pre-filled by bench/run so that every check is denied)
+--                policy: {"policy":BENCH_POLICY,"identifiers":{"email":
+--                        "u<N>@example.com","ip":"198.51.100.<M>"}}, N at random
+--                        of 1..BENCH_KEYS, M = 1 + (N - 1) % 254 (so 254
+--                        addresses, each shared by about BENCH_KEYS / 254
+--                        emails); BENCH_LIMIT and BENCH_WINDOW unused (the
+--                        policy file has the limits)
 --   BENCH_KEYS   number of distinct keys (default 10000)
 --   BENCH_LIMIT  limit sent with every check (default 1000000000)
 --   BENCH_WINDOW window sent with every check (default 1h)
+--   BENCH_POLICY the policy named in policy mode (default "bench",
+--                bench/policies.toml)
 --
 -- done() prints one JSON line, prefixed "WRKJSON ", that bench/run parses.
 
@@ -15,6 +24,7 @@ local mode = os.getenv("BENCH_MODE") or "random"
 local nkeys = tonumber(os.getenv("BENCH_KEYS") or "10000")
 local limit = os.getenv("BENCH_LIMIT") or "1000000000"
 local window = os.getenv("BENCH_WINDOW") or "1h"
+local policy = os.getenv("BENCH_POLICY") or "bench"
 
 local headers = { ["Content-Type"] = "application/json" }
 local prefix = (mode == "deny") and "deny" or "k"
@@ -27,6 +37,12 @@ local function body_for(key)
   return string.format('{"key":"%s","limit":%s,"window":"%s"}', key, limit, window)
 end
 
+-- Policy mode: the identifiers of key number n (bench/run's probe sends n = 1).
+local function policy_body_for(n)
+  return string.format('{"policy":"%s","identifiers":{"email":"u%d@example.com","ip":"198.51.100.%d"}}',
+    policy, n, 1 + (n - 1) % 254)
+end
+
 local next_id = 0
 function setup(thread)
   next_id = next_id + 1
@@ -37,6 +53,10 @@ function init(args)
   math.randomseed(os.time() * 1000 + (thread_id or 0) * 7919)
   if mode == "hot" then
     requests[1] = wrk.format("POST", "/check", headers, body_for("hot"))
+  elseif mode == "policy" then
+    for i = 1, nkeys do
+      requests[i] = wrk.format("POST", "/check", headers, policy_body_for(i))
+    end
   else
     for i = 1, nkeys do
       requests[i] = wrk.format("POST", "/check", headers, body_for(prefix .. i))

@@ -13,6 +13,7 @@ mod concurrency;
 mod errors;
 mod openapi;
 mod operate;
+mod overrides;
 mod policies;
 mod properties;
 mod stalls;
