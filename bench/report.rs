@@ -7,14 +7,17 @@
 //! `cpu`); META_FILE holds `key=value` lines about the run (machine, versions,
 //! command). Prints the report, writes it to OUT.md, and exits 1 if a
 //! measurement produced no numbers or answered with the wrong status, if a
-//! system or one of pglimit's comparison runs is missing, or if /metrics did
-//! not answer as the metrics setting says (nothing is asserted about speed);
-//! 2 on a usage error.
+//! system or one of pglimit's comparison runs is missing, if /metrics did
+//! not answer as the metrics setting says, or if pglimit-actions did not have
+//! its blocks and overrides (or pglimit had some) (nothing is asserted about
+//! speed); 2 on a usage error.
 //!
 //! Under the table, the deny path against the HTTP ceiling: pglimit's
 //! requests/s as a fraction of the ceiling's at each client count, with
 //! metrics on and off and (with BENCH_BASELINE) at the baseline revision, so
-//! that a fall of that fraction can be read off directly.
+//! that a fall of that fraction can be read off directly. Then blocks and
+//! overrides: pglimit-actions' requests/s over pglimit's, scenario by
+//! scenario (issue 12's budget; information only, never a failure).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -29,23 +32,35 @@ const NAN: f64 = f64::NAN;
 /// metrics change: "must not fall by more than 5%").
 const DENY_BUDGET_PERCENT: f64 = 5.0;
 
+/// How much slower pglimit may be with blocks and overrides configured (none
+/// matching) than without, before the report marks it (issue 12: "costs no
+/// more than 5%"). Information only: it never fails the run.
+const ACTIONS_BUDGET_PERCENT: f64 = 5.0;
+
+/// The scenarios pglimit-actions is measured in, each against pglimit's.
+const ACTIONS_SCENARIOS: [&str; 3] = ["allow-random", "allow-policy", "deny"];
+
 /// pglimit, at any revision or setting: its probes must be decided by Postgres.
 fn is_pglimit(system: &str) -> bool {
-    matches!(system, "pglimit" | "pglimit-nometrics" | "baseline")
+    matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
 }
 
-const SCENARIOS: [(&str, &str); 4] = [
+const SCENARIOS: [(&str, &str); 5] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
+    ("allow-policy", "allow, policy form (2 buckets)"),
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
 ];
-const SYSTEMS: [(&str, &str); 7] = [
+const SYSTEMS: [(&str, &str); 8] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
     // The same binary with PGLIMIT_METRICS=false, measured right after pglimit.
     ("pglimit-nometrics", "pglimit, metrics off"),
+    // The same binary with overrides and blocks that never apply, measured
+    // right after pglimit-nometrics, in ACTIONS_SCENARIOS only.
+    ("pglimit-actions", "pglimit, blocks and overrides"),
     // Only with BENCH_BASELINE; its label names the revision (see `table`).
     ("baseline", "pglimit (baseline)"),
     ("rlflex", "rate-limiter-flexible (Node, pg)"),
@@ -199,8 +214,14 @@ fn wrk_record(dir: &Path, system: &str) -> Record {
         let answered = if probe.is_empty() { "nothing" } else { &probe };
         problems.push(format!("probe answered {answered}, expected {expect}"));
     }
-    if is_pglimit(system) && !read(dir, "probe.body").contains(r#""store":"postgres""#) {
+    let probe_body = read(dir, "probe.body");
+    if is_pglimit(system) && !probe_body.contains(r#""store":"postgres""#) {
         problems.push("probe not decided by Postgres".to_string());
+    }
+    // The bench's identifiers must match no override (pglimit-actions'
+    // overrides are there to be tried, not to apply).
+    if is_pglimit(system) && probe_body.contains(r#""override":"#) {
+        problems.push("an override matched the probe".to_string());
     }
     let mut record = record(problems);
     record.requests = requests;
@@ -343,6 +364,7 @@ fn main() -> ExitCode {
         }
     };
     check_metrics_endpoints(&mut records, &meta);
+    check_actions_setup(&mut records, &meta);
     let report = render(&records, &meta);
     if let Err(e) = std::fs::write(out_file, &report) {
         eprintln!("bench/run: cannot write {out_file}: {e}");
@@ -365,7 +387,8 @@ fn main() -> ExitCode {
 
 /// What the run should have measured and did not: a system without a single
 /// measurement (the baseline only when the meta names one), or a scenario
-/// and client count of pglimit's without its metrics-off (or baseline) twin.
+/// and client count of pglimit's without its metrics-off (or baseline) twin,
+/// or (in ACTIONS_SCENARIOS) without its pglimit-actions twin.
 fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
     let with_baseline = meta.get("baseline").is_some_and(|b| !b.is_empty());
     let has = |system: &str| records.iter().any(|r| r.system == system);
@@ -378,7 +401,8 @@ fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
     let twins =
         if with_baseline { &["pglimit-nometrics", "baseline"][..] } else { &["pglimit-nometrics"][..] };
     for r in records.iter().filter(|r| r.system == "pglimit") {
-        for twin in twins {
+        let actions = ACTIONS_SCENARIOS.contains(&r.scenario.as_str()).then_some("pglimit-actions");
+        for twin in twins.iter().copied().chain(actions) {
             let found = records
                 .iter()
                 .any(|t| t.system == *twin && t.scenario == r.scenario && t.concurrency == r.concurrency);
@@ -398,6 +422,7 @@ fn check_metrics_endpoints(records: &mut [Record], meta: &HashMap<String, String
     for (system, key, expected) in [
         ("pglimit", "pglimit_metrics_status", "200"),
         ("pglimit-nometrics", "nometrics_metrics_status", "404"),
+        ("pglimit-actions", "actions_metrics_status", "200"),
     ] {
         let Some(status) = meta.get(key).map(|s| s.trim()) else { continue };
         if status == expected {
@@ -406,6 +431,33 @@ fn check_metrics_endpoints(records: &mut [Record], meta: &HashMap<String, String
         let answered = if status.is_empty() { "nothing" } else { status };
         for r in records.iter_mut().filter(|r| r.system == system) {
             r.problems.push(format!("/metrics answered {answered}, expected {expected}"));
+        }
+    }
+}
+
+/// bench/run counts each instance's active blocks and sends it a check that
+/// the deny-list override of bench/policies-actions.toml matches, before
+/// stopping it: pglimit must have no blocks and answer "200 none" (no
+/// override loaded), pglimit-actions must have its blocks (as many as
+/// `actions_blocks_expected`) and answer "429 deny". Otherwise the two did not
+/// differ only in blocks and overrides, and every measurement of the one at
+/// fault is marked. A meta without these keys (an older run) is not checked.
+fn check_actions_setup(records: &mut [Record], meta: &HashMap<String, String>) {
+    let get = |key: &str| meta.get(key).map(|s| s.trim().to_string());
+    let expected_blocks = get("actions_blocks_expected").unwrap_or_default();
+    for (system, key, expected, what) in [
+        ("pglimit", "pglimit_blocks", "0".to_string(), "active blocks"),
+        ("pglimit", "pglimit_override_probe", "200 none".to_string(), "the override probe answered"),
+        ("pglimit-actions", "actions_blocks", expected_blocks, "active blocks"),
+        ("pglimit-actions", "actions_override_probe", "429 deny".to_string(), "the override probe answered"),
+    ] {
+        let Some(found) = get(key) else { continue };
+        if found == expected {
+            continue;
+        }
+        let found = if found.is_empty() { "nothing".to_string() } else { found };
+        for r in records.iter_mut().filter(|r| r.system == system) {
+            r.problems.push(format!("{what}: {found}, expected {expected}"));
         }
     }
 }
@@ -452,7 +504,7 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
     }
     let scenario_order = |s: &str| SCENARIOS.iter().position(|(id, _)| *id == s).map_or(-1, |i| i as i64);
     let system_order = |s: &str| SYSTEMS.iter().position(|(id, _)| *id == s).map_or(-1, |i| i as i64);
-    let group = |s: &str| if s.starts_with("deny") { 2 } else { scenario_order(s) };
+    let group = |s: &str| if s.starts_with("deny") { scenario_order("deny") } else { scenario_order(s) };
     records.sort_by(|a, b| {
         group(&a.scenario)
             .cmp(&group(&b.scenario))
@@ -623,6 +675,57 @@ fn deny_vs_ceiling(records: &[Record], baseline: Option<&str>) -> Option<String>
     Some(rows.join("\n"))
 }
 
+/// Blocks and overrides against none: one row per scenario of
+/// ACTIONS_SCENARIOS and client count at which pglimit was measured, with
+/// pglimit's and pglimit-actions' requests/s, the second over the first ("×
+/// without blocks and overrides") and that as a change in percent, marked
+/// when it falls by more than ACTIONS_BUDGET_PERCENT. None when
+/// pglimit-actions was not measured.
+fn actions_vs_plain(records: &[Record]) -> Option<String> {
+    let find = |system: &str, scenario: &str, concurrency: f64| {
+        records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
+    };
+    if !records.iter().any(|r| r.system == "pglimit-actions") {
+        return None;
+    }
+    let mut rows = vec![
+        "| scenario | clients | **pglimit** requests/s | pglimit, blocks and overrides requests/s \
+         | × without blocks and overrides | change |"
+            .to_string(),
+        "|---|---:|---:|---:|---:|---:|".to_string(),
+    ];
+    // In the main table's order: by scenario, then by client count.
+    for r in
+        records.iter().filter(|r| r.system == "pglimit" && ACTIONS_SCENARIOS.contains(&r.scenario.as_str()))
+    {
+        let actions = find("pglimit-actions", &r.scenario, r.concurrency);
+        let rps = |r: Option<&Record>| r.map_or_else(String::new, |r| int(r.rps));
+        let (times, change) = match actions {
+            Some(a) if a.rps > 0.0 && r.rps > 0.0 => {
+                let times = a.rps / r.rps;
+                let percent = 100.0 * (times - 1.0);
+                let sign = if percent >= 0.0 { "+" } else { "" };
+                let text = format!("{sign}{}%", fixed(percent, 1));
+                let change = if percent < -ACTIONS_BUDGET_PERCENT {
+                    format!("**{text}** (over {}%)", js_number(ACTIONS_BUDGET_PERCENT))
+                } else {
+                    text
+                };
+                (fixed(times, 3), change)
+            }
+            _ => (String::new(), String::new()),
+        };
+        rows.push(format!(
+            "| {} | {} | {} | {} | {times} | {change} |",
+            SCENARIOS.iter().find(|(id, _)| *id == r.scenario).map_or(r.scenario.as_str(), |(_, v)| v),
+            js_number(r.concurrency),
+            rps(Some(r)),
+            rps(actions),
+        ));
+    }
+    Some(rows.join("\n"))
+}
+
 fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     let undefined = "undefined".to_string();
     let m = |key: &str| meta.get(key).unwrap_or(&undefined).as_str();
@@ -676,8 +779,38 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             metrics_status("nometrics_metrics_status")
         ));
     }
+    let actions = records.iter().any(|r| r.system == "pglimit-actions");
+    // A count of the meta with thousands separators, as written when it is not a number.
+    let count = |key: &str| {
+        let text = m(key).trim();
+        match number(text) {
+            n if n.is_finite() && !text.is_empty() => int(n),
+            _ => text.to_string(),
+        }
+    };
+    if actions {
+        lines.push(format!(
+            "- pglimit, blocks and overrides: the same binary and settings with `bench/policies-actions.toml` \
+             (pglimit's `bench/policies.toml` plus three overrides of the `bench` policy: `*@partner.example` \
+             other limits, `10.0.0.0/8` unlimited, `203.0.113.66` denied; none matches the bench's \
+             identifiers) and {} active admin blocks on keys the bench never checks, its migrations in a \
+             database of its own (`actions`), the deny keys prefilled as for pglimit; measured right after \
+             pglimit{}. Active blocks at the end: {} for pglimit, {} for it; a check from 203.0.113.66 \
+             answered `{}` from pglimit, `{}` from it",
+            count("actions_blocks_expected"),
+            if metrics_off { " and its metrics-off run" } else { "" },
+            count("pglimit_blocks"),
+            count("actions_blocks"),
+            m("pglimit_override_probe"),
+            m("actions_override_probe")
+        ));
+    }
     if let Some(rev) = baseline {
-        let after = if metrics_off { "pglimit and its metrics-off run" } else { "pglimit" };
+        let after = match (metrics_off, actions) {
+            (_, true) => "pglimit and its metrics-off and blocks-and-overrides runs",
+            (true, false) => "pglimit and its metrics-off run",
+            (false, false) => "pglimit",
+        };
         lines.push(format!(
             "- Baseline: pglimit at {rev} (`BENCH_BASELINE={}`), built from a git worktree of that revision, \
              release build, default settings, its migrations in a database of its own (`baseline`); \
@@ -716,6 +849,19 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             String::new(),
         ]);
     }
+    if let Some(table) = actions_vs_plain(records) {
+        lines.extend([
+            format!(
+                "Blocks and overrides configured, none applying, against none: pglimit-actions' requests/s \
+                 over pglimit's (issue 12's budget: at most {}% slower; see *× without blocks and overrides* \
+                 below).",
+                js_number(ACTIONS_BUDGET_PERCENT)
+            ),
+            String::new(),
+            table,
+            String::new(),
+        ]);
+    }
     lines.push(format!(
         "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
          of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}.",
@@ -729,19 +875,33 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             mib(meta.get("nometrics_rss_kib"))
         ));
     }
+    if actions {
+        lines.push(format!(
+            "- Peak RSS (VmHWM) of pglimit with blocks and overrides over all its measurements: {}.",
+            mib(meta.get("actions_rss_kib"))
+        ));
+    }
     if let Some(rev) = baseline {
         lines.push(format!(
             "- Peak RSS (VmHWM) of pglimit at {rev} (baseline) over all its measurements: {}.",
             mib(meta.get("baseline_rss_kib"))
         ));
     }
-    let warnings_off = match meta.get("nometrics_warnings").filter(|w| !w.is_empty()) {
-        Some(w) if metrics_off => format!(" ({w} with metrics off)"),
-        None if metrics_off => " (with metrics off: not recorded)".to_string(),
-        _ => String::new(),
-    };
+    // Those of the other pglimit instances, in parentheses: "(2 with metrics off, 0 with …)".
+    let others: Vec<String> = [
+        (metrics_off, "nometrics_warnings", "with metrics off"),
+        (actions, "actions_warnings", "with blocks and overrides"),
+    ]
+    .into_iter()
+    .filter(|(measured, _, _)| *measured)
+    .map(|(_, key, with)| match meta.get(key).filter(|w| !w.is_empty()) {
+        Some(w) => format!("{w} {with}"),
+        None => format!("{with}: not recorded"),
+    })
+    .collect();
+    let warnings_others = if others.is_empty() { String::new() } else { format!(" ({})", others.join(", ")) };
     lines.push(format!(
-        "- pglimit logged {warnings} warning or error lines{warnings_off}; /readyz at the end: `{}`.",
+        "- pglimit logged {warnings} warning or error lines{warnings_others}; /readyz at the end: `{}`.",
         m("pglimit_readyz")
     ));
     let mut report = lines.join("\n");
@@ -758,8 +918,29 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
         )
         .expect("a String");
     }
+    if actions {
+        writeln!(
+            report,
+            "- *× without blocks and overrides* (the table under the deny path's): the requests/s of pglimit \
+             with blocks and overrides configured (`pglimit-actions`: {} active blocks on other keys, three \
+             overrides that every policy-form check tries and none matches) over pglimit's, in the same \
+             scenario and client count, measured in this run right after pglimit{}; *change*: that minus \
+             1, in percent. A fall of more than {}% (issue 12's budget) is in bold and marked; it never \
+             fails the run. Its statements are those of its own database (`actions`), its probe too must \
+             have been decided by Postgres, and the run checks that pglimit had no block and no override, \
+             and pglimit-actions all of them.",
+            count("actions_blocks_expected"),
+            if metrics_off { " and its metrics-off run" } else { "" },
+            js_number(ACTIONS_BUDGET_PERCENT)
+        )
+        .expect("a String");
+    }
     if let Some(rev) = baseline {
-        let after = if metrics_off { "pglimit and its metrics-off run" } else { "pglimit" };
+        let after = match (metrics_off, actions) {
+            (_, true) => "pglimit and its metrics-off and blocks-and-overrides runs",
+            (true, false) => "pglimit and its metrics-off run",
+            (false, false) => "pglimit",
+        };
         writeln!(
             report,
             "- *× baseline*: pglimit's requests/s over those of pglimit at {rev} (`BENCH_BASELINE`) in the \
@@ -794,15 +975,15 @@ How to read it:
 - *requests/s* is decisions per second (pgbench: transactions per second, each one upsert). \
 p50 and p99 come from wrk's latency histogram, or from pgbench's per-transaction log.
 - *statements / decision*: top-level statements the system's database executed (`bench`; \
-`runlimit` for the runlimit-postgres peer; pg_stat_statements, \
-reset before each measurement) divided by the requests the client counted; checks still in flight \
+`runlimit` for the runlimit-postgres peer; `nometrics`, `actions` and `baseline` for those runs \
+of pglimit; pg_stat_statements, reset before each measurement) divided by the requests the client counted; checks still in flight \
 when the client stopped, pglimit's sampled cleanups and the runlimit peer's cleanup every 10 s make \
 it slightly above the true figure. \
 *Postgres ms / statement*: their mean execution time inside the server (pg_stat_statements \
 total_exec_time; excludes parsing, the network and the commit's WAL flush).
 - *× raw Postgres*: requests/s over pgbench's for the same key shape and client count; no raw \
-figure exists for the deny path. *× HTTP ceiling*: over the axum server that parses the same JSON \
-and answers a fixed body. *× rate-limiter-flexible*: pglimit over the peer in the same scenario \
+figure exists for the deny path or the policy form. *× HTTP ceiling*: over the axum server that \
+parses the same JSON and answers a fixed body. *× rate-limiter-flexible*: pglimit over the peer in the same scenario \
 (for the deny path, also over the peer with `inMemoryBlockOnConsumed`, which answers repeat \
 offenders from memory). *× runlimit-postgres*: pglimit over the runlimit-postgres peer in the \
 same scenario.
@@ -810,7 +991,13 @@ same scenario.
 PostgreSQL cluster's processes, and of everything else (the load generator, kernel threads, \
 interrupts), from /proc over the measured run; then the machine's idle share. This is the \
 profile behind the figures: with all systems on one machine, requests/s is bounded by the sum.
+- *allow, policy form*: \
+`{\"policy\":\"bench\",\"identifiers\":{\"email\":\"u<N>@example.com\",\"ip\":\"198.51.100.<M>\"}}` \
+with N random of 10,000 and M = 1 + (N - 1) % 254; the `bench` policy (`bench/policies.toml`) has two \
+fixed-window buckets, `email` and `ip`, of 10⁹ per hour, so every check is admitted and, having two \
+buckets, goes through the batch function (`pglimit_check_batch`) rather than the single-bucket upsert.
 - Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
 - *check*: `ok` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
-and a probe after the run answered as expected (for pglimit, decided by Postgres).
+and a probe after the run answered as expected (for pglimit, decided by Postgres, and matched by no \
+override).
 ";
