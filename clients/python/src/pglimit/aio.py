@@ -1,0 +1,195 @@
+"""The asynchronous client, for ASGI apps (Starlette, FastAPI) and asyncio or trio code.
+
+Keep one instance per event loop (at module level in an ASGI app, closed in
+its lifespan): it holds a pool of keep-alive connections, so checks after
+the first skip the TCP handshake, which is most of a check's cost. Those
+connections belong to the loop that opened them.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Mapping, Optional, Sequence, Type, Union, overload
+
+import httpx
+
+from ._core import OnError, Settings, Window, build_body, outcome
+from .result import Algorithm, CheckResult
+
+__all__ = ["AsyncPglimit"]
+
+
+class AsyncPglimit:
+    """A pglimit client (async). See :class:`pglimit.Pglimit` for blocking code.
+
+    :param url: the service, e.g. ``http://127.0.0.1:8080``.
+    :param token: sent as ``Authorization: Bearer <token>`` when given.
+    :param timeout: seconds; bounds each phase of a call (connect, send, read).
+    :param on_error: what a check answers when pglimit does not (timeout,
+        connection error, 5xx): ``"allow"`` (fail open), ``"deny"`` (fail
+        closed, ``retry_after=1``) or ``"raise"`` (:class:`PglimitUnavailable`).
+        A 4xx problem document always raises :class:`PglimitProblem`.
+    :param http_client: an ``httpx.AsyncClient`` of your own (proxies, TLS,
+        transports); it is not closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        timeout: float = 1.0,
+        on_error: OnError = "allow",
+        *,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._settings = Settings(url, token, timeout, on_error)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient()
+
+    @overload
+    async def check(
+        self,
+        *,
+        policy: str,
+        identifiers: Mapping[str, str],
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
+    @overload
+    async def check(
+        self,
+        *,
+        key: str,
+        limit: int,
+        window: Window,
+        algorithm: Optional[Algorithm] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
+    async def check(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        window: Optional[Window] = None,
+        algorithm: Optional[Algorithm] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> CheckResult:
+        """Check and, if allowed, consume ``cost`` units (all buckets or none)."""
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=window, algorithm=algorithm, cost=cost,
+        )  # fmt: skip
+        return await self._post(self._settings.check_url, body, request_id)
+
+    @overload
+    async def peek(
+        self, *, policy: str, identifiers: Mapping[str, str], request_id: Optional[str] = None
+    ) -> CheckResult: ...
+
+    @overload
+    async def peek(
+        self,
+        *,
+        key: str,
+        limit: int,
+        window: Window,
+        algorithm: Optional[Algorithm] = None,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
+    async def peek(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        window: Optional[Window] = None,
+        algorithm: Optional[Algorithm] = None,
+        request_id: Optional[str] = None,
+    ) -> CheckResult:
+        """The state of the buckets, consuming nothing (a check of cost 0)."""
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=window, algorithm=algorithm, cost=0,
+        )  # fmt: skip
+        return await self._post(self._settings.check_url, body, request_id)
+
+    @overload
+    async def reset(
+        self,
+        *,
+        policy: str,
+        identifiers: Mapping[str, str],
+        buckets: Optional[Sequence[str]] = None,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
+    @overload
+    async def reset(
+        self,
+        *,
+        key: str,
+        limit: int,
+        window: Window,
+        algorithm: Optional[Algorithm] = None,
+        buckets: Optional[Sequence[str]] = None,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
+    async def reset(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        window: Optional[Window] = None,
+        algorithm: Optional[Algorithm] = None,
+        buckets: Optional[Sequence[str]] = None,
+        request_id: Optional[str] = None,
+    ) -> CheckResult:
+        """Put the buckets (all, or those named) back to full, then peek.
+
+        Follows ``on_error`` like a check, so a login that succeeded is not
+        failed by pglimit being away; ``reason != "checked"`` then says the
+        reset did not happen.
+        """
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=window, algorithm=algorithm, cost=0, buckets=buckets,
+        )  # fmt: skip
+        return await self._post(self._settings.reset_url, body, request_id)
+
+    async def _post(self, url: str, body: object, request_id: Optional[str]) -> CheckResult:
+        s = self._settings
+        response: Union[httpx.Response, httpx.HTTPError]
+        try:
+            response = await self._http.post(
+                url, json=body, headers=s.request_headers(request_id), timeout=s.timeout
+            )
+        except httpx.HTTPError as exc:
+            response = exc
+        return outcome(s.on_error, response)
+
+    async def close(self) -> None:
+        """Close the connection pool (unless it was given to the constructor)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPglimit:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
