@@ -87,13 +87,13 @@ export interface PglimitOptions {
   /** Base URL of the service, e.g. `http://127.0.0.1:8080` (a path prefix is kept). */
   url: string;
   /** Sent as `Authorization: Bearer <token>` (the service's `PGLIMIT_API_TOKENS`). */
-  token?: string;
+  token?: string | undefined;
   /** Longest wait for an answer, body included. Default 1000. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** What a timeout, network error or 5xx gives: admit (default), refuse, or throw `PglimitUnavailableError`. */
-  onError?: OnError;
+  onError?: OnError | undefined;
   /** A fetch to use instead of the global one (e.g. a Workers service binding's `fetch`). */
-  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+  fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined;
 }
 
 export interface CallOptions {
