@@ -1,0 +1,233 @@
+import { PglimitProblemError, PglimitTimeoutError, PglimitUnavailableError } from "./errors.js";
+import type {
+  CallOptions,
+  CheckRequest,
+  Decision,
+  OnError,
+  PeekRequest,
+  PglimitOptions,
+  PglimitResult,
+  Problem,
+  RateLimitHeaders,
+  ResetRequest,
+} from "./types.js";
+
+const DEFAULT_TIMEOUT_MS = 1000;
+// Answered on a "deny" fallback: soon enough to notice pglimit is back.
+const FALLBACK_RETRY_AFTER_S = 1;
+// The service's own fail-closed answer (a policy with on_store_error = "deny").
+const STORE_UNAVAILABLE = "urn:pglimit:problem:store-unavailable";
+
+type Fetch = NonNullable<PglimitOptions["fetch"]>;
+
+/** A pglimit client: one `fetch` per call, nothing kept between calls. */
+export class Pglimit {
+  readonly #checkUrl: string;
+  readonly #resetUrl: string;
+  readonly #headers: Record<string, string>;
+  readonly #timeoutMs: number;
+  readonly #onError: OnError;
+  readonly #fetch: Fetch | undefined;
+
+  constructor(options: PglimitOptions) {
+    // A trailing slash keeps a path prefix: new URL("check", "http://h/p/").
+    const base = options.url.endsWith("/") ? options.url : `${options.url}/`;
+    this.#checkUrl = new URL("check", base).href;
+    this.#resetUrl = new URL("reset", base).href;
+    this.#headers = { "content-type": "application/json", accept: "application/json" };
+    if (options.token !== undefined) this.#headers["authorization"] = `Bearer ${options.token}`;
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (!(timeoutMs > 0)) throw new RangeError("timeoutMs must be a positive number");
+    this.#timeoutMs = timeoutMs;
+    const onError = options.onError ?? "allow";
+    if (onError !== "allow" && onError !== "deny" && onError !== "throw") {
+      throw new RangeError(`onError must be "allow", "deny" or "throw", not ${String(onError)}`);
+    }
+    this.#onError = onError;
+    this.#fetch = options.fetch;
+  }
+
+  /** Checks and, if allowed, consumes `cost` (default 1) from every bucket of the check. */
+  check(request: CheckRequest, options?: CallOptions): Promise<PglimitResult> {
+    return this.#call(this.#checkUrl, request, options);
+  }
+
+  /** Reports the state without consuming anything (a check of cost 0). */
+  peek(request: PeekRequest, options?: CallOptions): Promise<PglimitResult> {
+    return this.#call(this.#checkUrl, { ...request, cost: 0 }, options);
+  }
+
+  /** Puts the check's buckets (or only `buckets`) back to full, then answers like a peek. */
+  reset(request: ResetRequest, options?: CallOptions): Promise<PglimitResult> {
+    return this.#call(this.#resetUrl, request, options);
+  }
+
+  async #call(url: string, body: object, options: CallOptions | undefined): Promise<PglimitResult> {
+    const callerSignal = options?.signal;
+    callerSignal?.throwIfAborted();
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new PglimitTimeoutError(this.#timeoutMs));
+    }, this.#timeoutMs);
+    const onCallerAbort = () => controller.abort(callerSignal?.reason);
+    callerSignal?.addEventListener("abort", onCallerAbort, { once: true });
+    try {
+      // Read at call time, not construction, so a fetch patched later (tests,
+      // instrumentation) is used; called unbound, as Workers require.
+      const doFetch: Fetch = this.#fetch ?? fetch;
+      const response = await doFetch(url, {
+        method: "POST",
+        headers: this.#headers,
+        body: JSON.stringify(body),
+        signal: controller.signal,
+      });
+      // The body is read under the same timer: a stalled body is a timeout too.
+      const text = await response.text();
+      return this.#interpret(response, text);
+    } catch (error) {
+      if (error instanceof PglimitProblemError) throw error;
+      if (callerSignal?.aborted && !timedOut) throw callerSignal.reason;
+      return this.#fallback(timedOut ? "timeout" : "error", timedOut ? controller.signal.reason : error);
+    } finally {
+      clearTimeout(timer);
+      callerSignal?.removeEventListener("abort", onCallerAbort);
+    }
+  }
+
+  #interpret(response: Response, text: string): PglimitResult {
+    const requestId = response.headers.get("x-request-id") ?? undefined;
+    const { status } = response;
+    if (status === 200 || status === 429) {
+      const decision = parseDecision(text);
+      if (decision === undefined) {
+        throw new Error(`pglimit answered ${status} with a body that is not a decision`);
+      }
+      return toResult(decision, response.headers, requestId);
+    }
+    const problem = parseProblem(text, response);
+    if (status >= 400 && status < 500) throw new PglimitProblemError(problem, requestId);
+    if (status === 503 && problem.type === STORE_UNAVAILABLE) {
+      // Not an outage of pglimit but its answer: the policy fails closed while
+      // Postgres is away. Letting onError "allow" turn it into an admission
+      // would undo the policy, so it is a denial whatever onError says.
+      return storeUnavailable(response.headers, requestId);
+    }
+    // 5xx (and anything unexpected): pglimit could not decide.
+    throw new PglimitUnavailableError("error", new PglimitProblemError(problem, requestId));
+  }
+
+  #fallback(reason: "timeout" | "error", cause: unknown): PglimitResult {
+    // Unwrap the error thrown by #interpret for a 5xx, so `cause` is the problem.
+    const error = cause instanceof PglimitUnavailableError ? cause.cause : cause;
+    if (this.#onError === "throw") throw new PglimitUnavailableError(reason, error);
+    const allowed = this.#onError === "allow";
+    const headers: RateLimitHeaders = allowed ? {} : { "Retry-After": String(FALLBACK_RETRY_AFTER_S) };
+    return {
+      allowed,
+      remaining: 0,
+      limit: 0,
+      resetAt: new Date(),
+      retryAfter: allowed ? 0 : FALLBACK_RETRY_AFTER_S,
+      buckets: [],
+      degraded: true,
+      store: "none",
+      reason,
+      headers,
+      error,
+    };
+  }
+}
+
+function toResult(d: Decision, h: Headers, requestId: string | undefined): PglimitResult {
+  const result: PglimitResult = {
+    allowed: d.allowed,
+    remaining: d.remaining,
+    limit: d.limit,
+    resetAt: new Date(d.reset_at),
+    retryAfter: d.retry_after_s ?? 0,
+    buckets: d.buckets.map((b) => ({
+      name: b.name,
+      algorithm: b.algorithm,
+      allowed: b.allowed,
+      limit: b.limit,
+      remaining: b.remaining,
+      resetAt: new Date(b.reset_at),
+      ...(b.blocked ? { blocked: true as const } : {}),
+    })),
+    degraded: d.degraded,
+    store: d.store,
+    reason: "checked",
+    headers: rateLimitHeadersOf(h),
+  };
+  // Optional fields are left out rather than set to undefined, so results
+  // compare and serialise cleanly.
+  if (d.shadow !== undefined) result.shadow = d.shadow;
+  if (d.would_allow !== undefined) result.wouldAllow = d.would_allow;
+  if (d.blocked_by !== undefined) result.blockedBy = d.blocked_by;
+  if (d.override !== undefined) result.override = d.override;
+  if (requestId !== undefined) result.requestId = requestId;
+  return result;
+}
+
+function storeUnavailable(h: Headers, requestId: string | undefined): PglimitResult {
+  const retryAfter = Number(h.get("retry-after")) || FALLBACK_RETRY_AFTER_S;
+  const result: PglimitResult = {
+    allowed: false,
+    remaining: 0,
+    limit: 0,
+    resetAt: new Date(Date.now() + retryAfter * 1000),
+    retryAfter,
+    buckets: [],
+    degraded: true,
+    store: "none",
+    reason: "checked",
+    headers: { "Retry-After": String(retryAfter) },
+  };
+  if (requestId !== undefined) result.requestId = requestId;
+  return result;
+}
+
+function rateLimitHeadersOf(h: Headers): RateLimitHeaders {
+  const out: RateLimitHeaders = {};
+  const policy = h.get("ratelimit-policy");
+  const limit = h.get("ratelimit");
+  const retryAfter = h.get("retry-after");
+  if (policy !== null) out["RateLimit-Policy"] = policy;
+  if (limit !== null) out.RateLimit = limit;
+  if (retryAfter !== null) out["Retry-After"] = retryAfter;
+  return out;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function parseDecision(text: string): Decision | undefined {
+  const v = parseJson(text) as Partial<Decision> | undefined;
+  // Enough to know it is a decision; the service's schema promises the rest.
+  const ok =
+    typeof v === "object" && v !== null && typeof v.allowed === "boolean" &&
+    typeof v.reset_at === "string" && Array.isArray(v.buckets);
+  return ok ? (v as Decision) : undefined;
+}
+
+function parseProblem(text: string, response: Response): Problem {
+  const v = parseJson(text) as Partial<Problem> | undefined;
+  if (typeof v === "object" && v !== null && typeof v.type === "string" && typeof v.status === "number") {
+    return {
+      type: v.type,
+      title: v.title ?? response.statusText,
+      status: v.status,
+      detail: v.detail ?? "",
+      ...(typeof v.field === "string" ? { field: v.field } : {}),
+    };
+  }
+  // Not a problem document (e.g. a proxy's error page): describe what came.
+  return { type: "about:blank", title: response.statusText, status: response.status, detail: text.slice(0, 200) };
+}

@@ -1,0 +1,102 @@
+// The client's public types. Wire shapes come from src/generated/openapi.ts
+// (generated from the service's openapi.json, checked in CI by
+// `npm run check-types`), so a change to the API shows up here as a type
+// error instead of a silent mismatch.
+import type { components } from "./generated/openapi.js";
+
+type Schemas = components["schemas"];
+
+/** The JSON body of `POST /check`, as the service defines it. */
+export type CheckRequest = Schemas["CheckRequest"];
+/** `{ policy, identifiers, cost? }`: a named policy (e.g. `login`). */
+export type PolicyCheckRequest = Extract<CheckRequest, { policy: string }>;
+/** `{ key, limit, window, algorithm?, cost? }`: an ad hoc key. */
+export type AdHocCheckRequest = Extract<CheckRequest, { key: string }>;
+/** The JSON body of `POST /reset`: a check body plus `buckets?`. */
+export type ResetRequest = Schemas["ResetRequest"];
+
+// Omit over each member of a union, so a peek keeps both request forms.
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+/** A check body without `cost`: `peek` always sends `cost: 0`. */
+export type PeekRequest = DistributiveOmit<CheckRequest, "cost">;
+
+/** The answer body of `/check` and `/reset` (200 and 429). */
+export type Decision = Schemas["Decision"];
+/** An RFC 9457 problem document, as the service sends it. */
+export type Problem = Schemas["Problem"];
+
+type WireBucket = Decision["buckets"][number];
+export type Algorithm = WireBucket["algorithm"];
+export type Store = Decision["store"];
+export type OverrideMatch = NonNullable<Decision["override"]>;
+
+/** One bucket of a check, e.g. `email_ip` of the `login` policy. */
+export interface BucketResult {
+  name: WireBucket["name"];
+  algorithm: Algorithm;
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  /** When this bucket is back to its full limit. */
+  resetAt: Date;
+  /** Present (true) when this bucket's key is blocked. */
+  blocked?: true;
+}
+
+/** The rate-limit headers of the service's answer, to forward on your own 429. */
+export interface RateLimitHeaders {
+  "RateLimit-Policy"?: string;
+  RateLimit?: string;
+  "Retry-After"?: string;
+}
+
+/**
+ * - `checked`: pglimit answered (allowed or denied).
+ * - `timeout`: no answer within `timeoutMs`; `onError` decided.
+ * - `error`: network error, unreadable answer or 5xx; `onError` decided.
+ */
+export type Reason = "checked" | "timeout" | "error";
+
+export interface PglimitResult {
+  allowed: boolean;
+  /** What the deciding bucket can still admit. */
+  remaining: number;
+  limit: number;
+  resetAt: Date;
+  /** Whole seconds until a check of the same cost could pass; 0 when allowed (and for a deny-listed check, which has no end). */
+  retryAfter: number;
+  buckets: BucketResult[];
+  /** Postgres did not decide (memory fallback, or no answer at all). */
+  degraded: boolean;
+  store: Store;
+  reason: Reason;
+  shadow?: true;
+  wouldAllow?: boolean;
+  blockedBy?: string;
+  override?: OverrideMatch;
+  /** The service's `x-request-id`, to find the request in its logs. */
+  requestId?: string;
+  headers: RateLimitHeaders;
+  /** Why pglimit was not reached (reason `timeout` or `error` only), for your logs. */
+  error?: unknown;
+}
+
+export type OnError = "allow" | "deny" | "throw";
+
+export interface PglimitOptions {
+  /** Base URL of the service, e.g. `http://127.0.0.1:8080` (a path prefix is kept). */
+  url: string;
+  /** Sent as `Authorization: Bearer <token>` (the service's `PGLIMIT_API_TOKENS`). */
+  token?: string | undefined;
+  /** Longest wait for an answer, body included. Default 1000. */
+  timeoutMs?: number | undefined;
+  /** What a timeout, network error or 5xx gives: admit (default), refuse, or throw `PglimitUnavailableError`. */
+  onError?: OnError | undefined;
+  /** A fetch to use instead of the global one (e.g. a Workers service binding's `fetch`). */
+  fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined;
+}
+
+export interface CallOptions {
+  /** Aborting it abandons the call and rejects with the signal's reason (never turned into an `onError` outcome). */
+  signal?: AbortSignal;
+}
