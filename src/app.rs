@@ -10,7 +10,7 @@ use crate::config::{Config, Database};
 use crate::limiter::{KeySecret, Limiter};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
-use crate::server::{AppState, Auth, MetricsEndpoint};
+use crate::server::{AppState, Auth, MetricsEndpoint, Services};
 use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
 use crate::telemetry;
 
@@ -88,25 +88,24 @@ impl Service {
         if let Some(endpoint) = &metrics {
             background.0.push(upkeep(endpoint.handle.clone()));
         }
-        let auth = Arc::new(Auth::new(config.api_tokens.iter().map(String::as_str)));
-        let state = AppState {
+        let state = AppState::new(Services {
             limiter,
-            auth,
+            auth: Auth::new(config.api_tokens.iter().map(String::as_str)),
             admin: admin_access(config),
-            metrics: metrics.map(Arc::new),
+            metrics,
             request_timeout: config.request_timeout,
-        };
+        });
         Ok(Self { state, cluster, background })
     }
 }
 
 /// The admin routes take an admin token; without any, they are open on a
 /// loopback bind (like `/check` without API tokens) and off otherwise.
-fn admin_access(config: &Config) -> Option<Arc<Auth>> {
+fn admin_access(config: &Config) -> Option<Auth> {
     match config.admin_tokens.as_slice() {
-        [] if config.bind.ip().is_loopback() => Some(Arc::new(Auth::default())),
+        [] if config.bind.ip().is_loopback() => Some(Auth::default()),
         [] => None,
-        tokens => Some(Arc::new(Auth::new(tokens.iter().map(String::as_str)))),
+        tokens => Some(Auth::new(tokens.iter().map(String::as_str))),
     }
 }
 

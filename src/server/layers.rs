@@ -2,7 +2,7 @@
 //! turned into a problem document. All from tower and tower-http.
 //!
 //! The id is the caller's `x-request-id` if it sent a plain one, else a new
-//! UUID; it is echoed on every answer (problem documents included) and is
+//! one ([`CountedIds`]); it is echoed on every answer (problem documents included) and is
 //! a field of the request's span. The span and its closing line ("finished
 //! processing request": status, latency, policy, decision) are at `debug`,
 //! so they cost nothing at the default log level;
@@ -10,17 +10,19 @@
 //! every line logged while serving a request carries its id.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
-use axum::http::{Request, Response};
+use axum::http::{HeaderValue, Request, Response};
 use axum::response::IntoResponse;
 use axum::Router;
 use tower::timeout::error::Elapsed;
 use tower::{BoxError, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::{Level, Span};
 
@@ -39,13 +41,36 @@ pub fn wrap(router: Router, request_timeout: Duration) -> Router {
     router.layer(
         ServiceBuilder::new()
             .map_request(drop_unfit_request_id)
-            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(SetRequestIdLayer::x_request_id(CountedIds::new()))
             .layer(trace)
             .layer(PropagateRequestIdLayer::x_request_id())
             .layer(CatchPanicLayer::custom(panic_problem))
             .layer(HandleErrorLayer::new(timeout_problem))
             .timeout(request_timeout),
     )
+}
+
+/// Request ids made of a random per-process prefix and a counter
+/// (`3f9a0c1d2e4b5a68-1a2b`): unique across instances like a UUID, but
+/// without drawing 122 random bits and formatting them for every request,
+/// which cost a measurable share of a denial answered from memory.
+#[derive(Clone)]
+struct CountedIds {
+    prefix: u64,
+    next: Arc<AtomicU64>,
+}
+
+impl CountedIds {
+    fn new() -> Self {
+        Self { prefix: rand::random(), next: Arc::new(AtomicU64::new(0)) }
+    }
+}
+
+impl MakeRequestId for CountedIds {
+    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{:016x}-{n:x}", self.prefix)).ok().map(RequestId::new)
+    }
 }
 
 /// Longest caller-chosen request id kept.

@@ -35,17 +35,34 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// with repeated denials answered from memory.
 pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 
-/// Everything a request handler needs; cheap to clone.
+/// Everything a request handler needs, behind one `Arc`: each request
+/// clones the state, and one shared counter to bump costs less than one per
+/// part (they are written by both cores on every request).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+pub struct Services {
     pub limiter: Arc<Limiter<ServiceStore>>,
-    pub auth: Arc<Auth>,
+    pub auth: Auth,
     /// Who may use the admin routes; `None`: nobody (no admin token on a
     /// network bind).
-    pub admin: Option<Arc<Auth>>,
+    pub admin: Option<Auth>,
     /// `None` with `PGLIMIT_METRICS=false`: `/metrics` is a 404.
-    pub metrics: Option<Arc<MetricsEndpoint>>,
+    pub metrics: Option<MetricsEndpoint>,
     pub request_timeout: Duration,
+}
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+    fn deref(&self) -> &Services {
+        &self.0
+    }
 }
 
 /// The whole HTTP API, without a socket (tests call it directly).

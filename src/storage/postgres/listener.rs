@@ -64,7 +64,10 @@ impl Heard {
     }
 
     pub fn take(&self) -> Option<Stale> {
-        if !self.pending.swap(false, Ordering::AcqRel) {
+        // Read before writing: asked on every check, the flag is almost
+        // always false, and a plain load keeps its cache line shared
+        // between the cores instead of bouncing it.
+        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
             return None;
         }
         self.stale.lock().unwrap_or_else(|e| e.into_inner()).take()
