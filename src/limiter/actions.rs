@@ -40,7 +40,7 @@ impl<S: Store + Actions> Limiter<S> {
         self.plan(request)?; // refused as /check would refuse it, cost included
         let peek = request.peek();
         let plan = self.plan(&peek)?;
-        let policy = plan.label.as_str().to_owned();
+        let policy = plan.counters.name().to_owned();
         let keys: Vec<Key> = match buckets {
             None => plan.batch.buckets.iter().map(|b| b.key).collect(),
             Some(names) => names
@@ -90,7 +90,7 @@ impl<S: Store + Actions> Limiter<S> {
     }
 
     fn targets(&self, request: &BlockRequest) -> Result<Vec<BlockTarget>, Invalid> {
-        let policies = self.policies.load();
+        let policies = self.policies();
         let policy =
             policies.get(&request.policy).ok_or_else(|| Invalid::UnknownPolicy(request.policy.clone()))?;
         let values = request::some_identifiers(policy, &request.identifiers)?;

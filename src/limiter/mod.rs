@@ -11,6 +11,7 @@ mod key;
 mod plan;
 mod request;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +26,7 @@ pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
 use crate::policy::{OnStoreError, Policies};
 use crate::storage::{Answer, BucketAnswer, CheckBatch, Store, StoreError, StoreKind};
-use crate::telemetry;
+use crate::telemetry::PolicyCounters;
 
 /// Why a check (or an action) has no answer. A denial is a decision, not
 /// one of these.
@@ -43,15 +44,38 @@ pub struct Limiter<S> {
     store: S,
     /// Swapped whole on reload: a check reads it once, so checks in flight
     /// finish on the policies they started with.
-    policies: ArcSwap<Policies>,
+    in_force: ArcSwap<InForce>,
+    /// The counters of ad hoc keys.
+    adhoc: Arc<PolicyCounters>,
     secret: KeySecret,
     /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
     shadow_all: bool,
 }
 
+/// The policies in force, and their metrics, registered with them.
+struct InForce {
+    policies: Arc<Policies>,
+    counters: HashMap<String, Arc<PolicyCounters>>,
+}
+
+impl InForce {
+    fn new(policies: Policies) -> Self {
+        let counters = policies
+            .iter()
+            .map(|p| {
+                let buckets = p.buckets.iter().map(|b| &b.name);
+                (p.name.to_string(), Arc::new(PolicyCounters::new(Some(&p.name), buckets)))
+            })
+            .collect();
+        Self { policies: Arc::new(policies), counters }
+    }
+}
+
 impl<S: Store> Limiter<S> {
     pub fn new(store: S, policies: Policies, secret: KeySecret) -> Self {
-        Self { store, policies: ArcSwap::from_pointee(policies), secret, shadow_all: false }
+        let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")]));
+        let in_force = ArcSwap::from_pointee(InForce::new(policies));
+        Self { store, in_force, adhoc, secret, shadow_all: false }
     }
 
     /// Puts every policy, and ad hoc keys, in shadow mode.
@@ -65,18 +89,21 @@ impl<S: Store> Limiter<S> {
 
     /// The policies in force.
     pub fn policies(&self) -> Arc<Policies> {
-        self.policies.load_full()
+        Arc::clone(&self.in_force.load().policies)
     }
 
     /// Puts `policies` in force for every check that starts from now on.
     pub fn replace_policies(&self, policies: Policies) {
-        self.policies.store(Arc::new(policies));
+        self.in_force.store(Arc::new(InForce::new(policies)));
     }
 
     /// The buckets `request` must check, with their keys, and what to do
     /// if Postgres cannot answer.
     pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
-        plan::plan(&self.policies.load(), &self.secret, self.shadow_all, request)
+        let in_force = self.in_force.load();
+        let counters =
+            |name: &str| in_force.counters.get(name).cloned().unwrap_or_else(|| Arc::clone(&self.adhoc));
+        plan::plan(&in_force.policies, &self.secret, self.shadow_all, request, counters)
     }
 
     /// Decides `request`: `Ok` for both admitted and denied checks.
@@ -85,8 +112,7 @@ impl<S: Store> Limiter<S> {
         let started = Instant::now();
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
-        let (answer, refused) =
-            answer.inspect_err(|_| telemetry::check(&plan.label, "error", "none", took))?;
+        let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
         let store = if answer.cached { "deny_cache" } else { answer.store.as_str() };
         let mut decision = Decision::new(&plan.batch.buckets, answer);
         if let Some(matched) = plan.matched {
@@ -96,10 +122,10 @@ impl<S: Store> Limiter<S> {
         if refused {
             decision.would_allow = Some(false);
         }
-        telemetry::check(&plan.label, decision.outcome(), store, took);
+        plan.counters.check(decision.outcome(), store, took);
         let by_buckets = plan.matched.is_none_or(|m| m.action != Applied::Deny);
         for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
-            telemetry::bucket_denied(&plan.label, &bucket.name);
+            plan.counters.bucket_denied(&bucket.name);
         }
         Ok(decision)
     }

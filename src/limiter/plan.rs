@@ -9,7 +9,7 @@ use super::key::{bucket_key, KeyScope, KeySecret};
 use super::request::{self, CheckRequest, Invalid};
 use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
 use crate::storage::{BucketSpec, CheckBatch, Lockout, MemoryFallback};
-use crate::telemetry::Label;
+use crate::telemetry::PolicyCounters;
 
 /// What a request will check, and how its outcome is reported.
 pub struct Plan {
@@ -18,7 +18,8 @@ pub struct Plan {
     pub on_store_error: OnStoreError,
     /// Decided and counted, but never refused.
     pub shadow: bool,
-    pub label: Label,
+    /// The policy's counters (or ad hoc keys').
+    pub counters: Arc<PolicyCounters>,
     /// The override entry that matched, if any.
     pub matched: Option<Matched>,
 }
@@ -47,6 +48,7 @@ pub(super) fn plan(
     secret: &KeySecret,
     shadow_all: bool,
     request: &CheckRequest,
+    counters: impl Fn(&str) -> Arc<PolicyCounters>,
 ) -> Result<Plan, Invalid> {
     match request {
         CheckRequest::Policy { policy, identifiers, cost } => {
@@ -61,7 +63,7 @@ pub(super) fn plan(
                 batch: CheckBatch { buckets: buckets.collect(), cost: *cost, fallback },
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
-                label: Label::Policy(policy.name.clone()),
+                counters: counters(&policy.name),
                 matched: over.map(|o| Matched { index: o.index, action: applied(&o.action) }),
             })
         }
@@ -80,7 +82,8 @@ pub(super) fn plan(
             let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
             let fallback = memory_fallback(on_store_error, share);
             let batch = CheckBatch { buckets: vec![spec], cost: *cost, fallback };
-            Ok(Plan { batch, on_store_error, shadow: shadow_all, label: Label::AdHoc, matched: None })
+            let counters = counters(crate::telemetry::ADHOC);
+            Ok(Plan { batch, on_store_error, shadow: shadow_all, counters, matched: None })
         }
     }
 }

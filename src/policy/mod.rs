@@ -131,6 +131,10 @@ impl Policies {
         self.by_name.get(name)
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.by_name.values()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
     }

@@ -27,12 +27,18 @@ limit = 2
 window = "1h"
 "#;
 
+/// A generated request id: 16 hex digits of the process, a counter in hex.
+fn is_generated(id: &str) -> bool {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    id.split_once('-').is_some_and(|(prefix, n)| prefix.len() == 16 && hex(prefix) && hex(n))
+}
+
 #[tokio::test]
 async fn every_answer_carries_a_request_id_the_callers_own_when_it_sent_one() {
     let app = instance(&fresh_database().await, &[]).await;
     let allowed = check(&app, json!({ "key": unique("id"), "limit": 1, "window": "1m" })).await;
     let generated = allowed.header("x-request-id");
-    assert_eq!(generated.len(), 36, "a UUID: {generated:?}");
+    assert!(is_generated(generated), "a generated id: {generated:?}");
 
     let mine = Request::post("/check").header("x-request-id", "req-42").body(Body::from("{")).unwrap();
     let problem = send(&app, mine).await;
@@ -42,11 +48,11 @@ async fn every_answer_carries_a_request_id_the_callers_own_when_it_sent_one() {
     let unfit =
         Request::get("/healthz").header("x-request-id", "has spaces in it").body(Body::empty()).unwrap();
     let replaced = send(&app, unfit).await;
-    assert_eq!(replaced.header("x-request-id").len(), 36, "an id with spaces is replaced by a UUID");
+    assert!(is_generated(replaced.header("x-request-id")), "an id with spaces is replaced");
 
     let missing = send(&app, Request::get("/nowhere").body(Body::empty()).unwrap()).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    assert_eq!(missing.header("x-request-id").len(), 36);
+    assert!(is_generated(missing.header("x-request-id")));
     assert_ne!(missing.header("x-request-id"), generated, "each request gets its own id");
 }
 
@@ -154,7 +160,7 @@ async fn a_panicking_handler_answers_a_500_problem_with_its_request_id_and_the_s
     let reply = call(&app, "/boom").await;
     assert_eq!(reply.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(reply.headers()["content-type"], "application/problem+json");
-    assert_eq!(reply.headers()["x-request-id"].len(), 36);
+    assert!(is_generated(reply.headers()["x-request-id"].to_str().unwrap_or("")));
     assert_eq!(call(&app, "/fine").await.status(), StatusCode::OK);
 }
 
@@ -167,5 +173,5 @@ async fn a_request_over_the_timeout_answers_a_503_problem_with_retry_after() {
     assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.headers()["retry-after"], "1");
     assert_eq!(reply.headers()["content-type"], "application/problem+json");
-    assert_eq!(reply.headers()["x-request-id"].len(), 36);
+    assert!(is_generated(reply.headers()["x-request-id"].to_str().unwrap_or("")));
 }
