@@ -55,6 +55,7 @@ pub fn install() -> PrometheusHandle {
             describe();
             gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             gauge!(DEGRADED).set(0.0);
+            let _ = DURATIONS.set(STORES.map(|store| histogram!(CHECK_DURATION, "store" => store)));
             handle
         })
         .clone()
