@@ -196,13 +196,7 @@ async fn actions_are_refused_with_503_while_postgres_is_away() {
         ("DELETE", "/admin/blocks", block),
         ("GET", "/admin/blocks", serde_json::Value::Null),
     ] {
-        let request = axum::http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json");
-        let body =
-            if body.is_null() { axum::body::Body::empty() } else { axum::body::Body::from(body.to_string()) };
-        let reply = common::send(&app, request.body(body).unwrap()).await;
+        let reply = common::call(&app, method, path, body).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{method} {path}: {}", reply.body);
         assert_eq!(reply.body["type"], "urn:pglimit:problem:store-unavailable");
         assert_eq!(reply.header("retry-after"), "1");

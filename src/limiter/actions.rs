@@ -37,9 +37,9 @@ impl<S: Store + Actions> Limiter<S> {
         request: &CheckRequest,
         buckets: Option<&[String]>,
     ) -> Result<Decision, CheckError> {
-        self.plan(request)?; // refused as /check would refuse it, cost included
-        let peek = request.peek();
-        let plan = self.plan(&peek)?;
+        // Refused as /check would refuse it, cost included; the cost plays no
+        // part in the keys, so these are the peek's too.
+        let plan = self.plan(request)?;
         let policy = plan.counters.name().to_owned();
         let keys: Vec<Key> = match buckets {
             None => plan.batch.buckets.iter().map(|b| b.key).collect(),
@@ -56,7 +56,7 @@ impl<S: Store + Actions> Limiter<S> {
                 .collect::<Result<_, _>>()?,
         };
         self.store.reset(&keys).await.map_err(unavailable)?;
-        self.check(&peek).await
+        self.check(&request.peek()).await
     }
 
     /// Blocks the target's bucket keys; returns them and when the block ends.

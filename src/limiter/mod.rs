@@ -136,16 +136,18 @@ impl<S: Store> Limiter<S> {
     /// An allow- or deny-listed check does not ask the store at all.
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
         match plan.matched.map(|m| m.action) {
-            Some(Applied::Unlimited) => return Ok((self.listed(&plan.batch, true), false)),
-            Some(Applied::Deny) => return Ok((self.listed(&plan.batch, false), false)),
+            Some(action @ (Applied::Unlimited | Applied::Deny)) => {
+                let allowed = action == Applied::Unlimited;
+                return Ok((uncounted(&plan.batch, allowed, self.store.is_degraded()), false));
+            }
             Some(Applied::Limits) | None => {}
         }
         match self.store.check(&plan.batch).await {
             Ok(answer) => Ok((answer, false)),
             Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow => {
-                Ok((admit_uncounted(&plan.batch), false))
+                Ok((uncounted(&plan.batch, true, true), false))
             }
-            Err(StoreError::Unavailable) if plan.shadow => Ok((admit_uncounted(&plan.batch), true)),
+            Err(StoreError::Unavailable) if plan.shadow => Ok((uncounted(&plan.batch, true, true), true)),
             Err(StoreError::Unavailable) => Err(CheckError::StoreUnavailable),
             Err(e) => {
                 tracing::error!(error = %e, "fallback store failed");
@@ -153,40 +155,23 @@ impl<S: Store> Limiter<S> {
             }
         }
     }
-
-    /// The answer of an allow list (`allowed`) or a deny list: nothing
-    /// counted, nothing asked of the store.
-    fn listed(&self, batch: &CheckBatch, allowed: bool) -> Answer {
-        let now = Utc::now();
-        let buckets = batch
-            .buckets
-            .iter()
-            .map(|b| BucketAnswer {
-                allowed,
-                remaining: if allowed { b.limit } else { 0 },
-                reset_at: now,
-                retry_at: None,
-                blocked: false,
-            })
-            .collect();
-        let degraded = self.store.is_degraded();
-        Answer { buckets, now, store: StoreKind::None, degraded, cached: false }
-    }
 }
 
-/// The answer for `on_store_error = "allow"`: admitted, nothing counted.
-fn admit_uncounted(batch: &CheckBatch) -> Answer {
+/// An answer no store decided: nothing counted. Admitted (`allowed`:
+/// `on_store_error = "allow"`, a shadow policy in an outage, an allow list)
+/// or refused (a deny list).
+fn uncounted(batch: &CheckBatch, allowed: bool, degraded: bool) -> Answer {
     let now = Utc::now();
     let buckets = batch
         .buckets
         .iter()
         .map(|b| BucketAnswer {
-            allowed: true,
-            remaining: b.limit,
+            allowed,
+            remaining: if allowed { b.limit } else { 0 },
             reset_at: now,
             retry_at: None,
             blocked: false,
         })
         .collect();
-    Answer { buckets, now, store: StoreKind::None, degraded: true, cached: false }
+    Answer { buckets, now, store: StoreKind::None, degraded, cached: false }
 }

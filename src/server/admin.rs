@@ -58,8 +58,7 @@ pub async fn block(
     verify(&state, &headers)?;
     let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
     let (targets, until) = state.limiter.block(&request).await?;
-    let until = until.to_rfc3339_opts(SecondsFormat::Millis, true);
-    Ok(Json(json!({ "blocked": targets.iter().map(target).collect::<Vec<_>>(), "until": until })))
+    Ok(Json(json!({ "blocked": targets.iter().map(target).collect::<Vec<_>>(), "until": at(&until) })))
 }
 
 pub async fn unblock(
@@ -99,8 +98,12 @@ fn target(t: &BlockTarget) -> Value {
     json!({ "key": hex::encode(t.key), "policy": &*t.policy, "bucket": &*t.bucket })
 }
 
+/// Times as in every answer: RFC 3339, milliseconds, UTC.
+fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 fn listed(b: &Block) -> Value {
-    let at = |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
     json!({
         "key": hex::encode(b.key),
         "kind": b.kind,

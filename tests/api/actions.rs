@@ -5,17 +5,12 @@
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
-use serde_json::{json, Value};
+use axum::http::{Request, StatusCode};
+use serde_json::json;
 
-use crate::common::{check, fresh_database, instance, login, policy_file, readyz, remaining, send, Reply};
+use crate::common::{call, check, fresh_database, instance, login, policy_file, readyz, remaining, send};
 
 const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
-
-async fn call(app: &pglimit::AppState, method: Method, path: &str, body: Value) -> Reply {
-    let request = Request::builder().method(method).uri(path).header("content-type", "application/json");
-    send(app, request.body(Body::from(body.to_string())).unwrap()).await
-}
 
 /// The actions generation as Postgres holds it.
 async fn generation(url: &str) -> u64 {
@@ -48,7 +43,7 @@ async fn a_reset_on_one_instance_lets_the_very_next_check_on_another_through() {
 
     let mut reset = alice.clone();
     reset["buckets"] = json!(["email_ip"]);
-    let reply = call(&a, Method::POST, "/reset", reset).await;
+    let reply = call(&a, "POST", "/reset", reset).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(remaining(&reply.body, "email_ip"), 5, "a peek after the reset: {}", reply.body);
     assert_eq!(remaining(&reply.body, "ip"), 15, "the other buckets keep their counts");
@@ -62,7 +57,7 @@ async fn a_block_on_one_instance_denies_on_the_other_until_it_is_lifted() {
     let url = fresh_database().await;
     let (a, b) = (instance(&url, &[]).await, instance(&url, &[]).await);
     let target = json!({ "policy": "login", "identifiers": { "ip": "198.51.100.9" }, "for": "15m", "reason": "abuse" });
-    let blocked = call(&b, Method::POST, "/admin/blocks", target.clone()).await;
+    let blocked = call(&b, "POST", "/admin/blocks", target.clone()).await;
     assert_eq!(blocked.status, StatusCode::OK, "{}", blocked.body);
     assert_eq!(
         blocked.body["blocked"].as_array().map(Vec::len),
@@ -85,7 +80,7 @@ async fn a_block_on_one_instance_denies_on_the_other_until_it_is_lifted() {
     assert_eq!(entry["key"].as_str().map(str::len), Some(64));
     assert!(!listed.body.to_string().contains("198.51.100.9"), "never a raw identifier: {}", listed.body);
 
-    let lifted = call(&a, Method::DELETE, "/admin/blocks", target).await;
+    let lifted = call(&a, "DELETE", "/admin/blocks", target).await;
     assert_eq!((lifted.status, lifted.body["lifted"].as_u64()), (StatusCode::OK, Some(1)));
     wait_until_heard(&b, &url).await;
     assert_eq!(check(&b, login("someone@example.com", "198.51.100.9")).await.status, StatusCode::OK);
@@ -123,7 +118,7 @@ async fn a_lockout_outlasts_the_window_for_every_algorithm_and_a_reset_lifts_it(
         let later = check(&other, otp.clone()).await;
         assert_eq!(later.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", later.body);
         assert_eq!(later.body["blocked_by"], "user", "{algorithm}");
-        let reset = call(&app, Method::POST, "/reset", otp.clone()).await;
+        let reset = call(&app, "POST", "/reset", otp.clone()).await;
         assert_eq!(reset.status, StatusCode::OK, "{algorithm}: {}", reset.body);
         assert_eq!(
             check(&app, otp.clone()).await.status,
@@ -177,7 +172,7 @@ async fn actions_name_the_field_at_fault() {
         ("/admin/blocks", json!({ "policy": "login", "identifiers": {}, "for": "1m" }), "identifiers.email"),
     ];
     for (path, body, field) in cases {
-        let reply = call(&app, Method::POST, path, body).await;
+        let reply = call(&app, "POST", path, body).await;
         assert_eq!(
             (reply.status, reply.body["field"].as_str()),
             (StatusCode::BAD_REQUEST, Some(field)),
@@ -221,7 +216,7 @@ async fn a_missed_notification_still_converges_within_a_bounded_time() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(listeners(&url, true).await, 2);
-    assert_eq!(call(&a, Method::POST, "/reset", alice.clone()).await.status, StatusCode::OK);
+    assert_eq!(call(&a, "POST", "/reset", alice.clone()).await.status, StatusCode::OK);
 
     let deadline = Instant::now() + Duration::from_secs(15);
     while check(&b, alice.clone()).await.status != StatusCode::OK {
@@ -270,14 +265,14 @@ async fn a_block_holds_for_every_algorithm_and_consumes_nothing() {
         let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
         let body = json!({ "policy": "one", "identifiers": { "ip": "192.0.2.44" } });
         let target = json!({ "policy": "one", "identifiers": { "ip": "192.0.2.44" }, "for": "10m" });
-        assert_eq!(call(&app, Method::POST, "/admin/blocks", target.clone()).await.status, StatusCode::OK);
+        assert_eq!(call(&app, "POST", "/admin/blocks", target.clone()).await.status, StatusCode::OK);
         for _ in 0..3 {
             let denied = check(&app, body.clone()).await;
             assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", denied.body);
             assert_eq!(denied.body["blocked_by"], "ip", "{algorithm}");
             assert_eq!(denied.body["buckets"][0]["blocked"], true, "{algorithm}");
         }
-        assert_eq!(call(&app, Method::DELETE, "/admin/blocks", target).await.status, StatusCode::OK);
+        assert_eq!(call(&app, "DELETE", "/admin/blocks", target).await.status, StatusCode::OK);
         let admitted = check(&app, body).await;
         assert_eq!(admitted.status, StatusCode::OK, "{algorithm}");
         assert_eq!(remaining(&admitted.body, "ip"), 99, "{algorithm}: the blocked checks took nothing");

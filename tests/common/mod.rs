@@ -215,6 +215,13 @@ pub async fn post_raw(state: &AppState, body: impl Into<Body>, token: Option<&st
     send(state, request.body(body.into()).expect("request")).await
 }
 
+/// `method path` with a JSON body (none for `Value::Null`).
+pub async fn call(state: &AppState, method: &str, path: &str, body: Value) -> Reply {
+    let request = Request::builder().method(method).uri(path).header("content-type", "application/json");
+    let body = if body.is_null() { Body::empty() } else { Body::from(body.to_string()) };
+    send(state, request.body(body).expect("request")).await
+}
+
 pub async fn check(state: &AppState, body: Value) -> Reply {
     post_raw(state, body.to_string(), None).await
 }
