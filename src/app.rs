@@ -138,6 +138,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
         unlogged: config.unlogged,
+        citus: config.citus,
     }
 }
 

@@ -136,6 +136,11 @@ pub struct DatabaseArgs {
     /// after a crash; set on a new, empty table only [default: false].
     #[arg(long, env = "PGLIMIT_UNLOGGED")]
     pub unlogged: Option<String>,
+    /// auto, true or false: distribute the counters over a Citus cluster,
+    /// each call on one shard; auto when the citus extension is there
+    /// [default: auto].
+    #[arg(long, env = "PGLIMIT_CITUS")]
+    pub citus: Option<String>,
     /// text or json; levels from RUST_LOG [default: text].
     #[arg(long, env = "PGLIMIT_LOG_FORMAT")]
     pub log_format: Option<String>,

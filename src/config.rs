@@ -9,6 +9,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::limiter::{KeySecret, MIN_SECRET_LEN};
+use crate::storage::Citus;
 
 #[derive(Clone)]
 pub struct Config {
@@ -24,6 +25,8 @@ pub struct Config {
     pub memory_capacity: usize,
     /// Keep counters in an UNLOGGED table: faster writes, lost on a crash.
     pub unlogged: bool,
+    /// Whether the database is a Citus cluster to distribute the counters over.
+    pub citus: Citus,
     pub log_format: LogFormat,
     /// Serve `GET /metrics` (and record metrics at all).
     pub metrics: bool,
@@ -132,6 +135,15 @@ impl Config {
                 "a number of keys from 1 to 100000000",
             )?,
             unlogged: boolean(&get, "PGLIMIT_UNLOGGED", false)?,
+            citus: match get("PGLIMIT_CITUS").as_deref() {
+                None | Some("auto") => Citus::Auto,
+                Some("true") => Citus::On,
+                Some("false") => Citus::Off,
+                Some(other) => {
+                    let reason = format!("{other:?} is not \"auto\", \"true\" or \"false\"");
+                    return Err(ConfigError { var: "PGLIMIT_CITUS", reason });
+                }
+            },
             log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,

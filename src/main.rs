@@ -36,7 +36,7 @@ async fn migrate(url: &str, vars: &Vars) -> ExitCode {
         Err(e) => return configuration_error(&e),
     };
     init_tracing(config.log_format);
-    match pglimit::storage::migrate(url, config.unlogged).await {
+    match pglimit::storage::migrate(url, config.unlogged, config.citus).await {
         Ok(()) => {
             println!("pglimit: migrations applied");
             ExitCode::SUCCESS

@@ -26,7 +26,7 @@ use crate::algorithm::Algorithm;
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
-pub use postgres::{migrate, PgStore, PgStoreOptions};
+pub use postgres::{migrate, Citus, PgStore, PgStoreOptions};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];

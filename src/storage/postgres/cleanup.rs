@@ -1,7 +1,7 @@
 //! Deleting expired rows without a cron: a sample of checks starts a
 //! bounded background delete, at most one at a time per instance.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sqlx::postgres::PgConnection;
@@ -22,19 +22,25 @@ const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
     SELECT key FROM pglimit_blocks WHERE until <= now()
     ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
+/// Citus mode: both deletes on one route's shard (a distributed
+/// `FOR UPDATE SKIP LOCKED` is refused); each run takes the next route.
+const DELETE_ON_ROUTE: &str = "SELECT pglimit_cleanup_route($1, $2::integer)";
+
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.
     rate: f64,
     /// Most rows one cleanup deletes.
     batch: i64,
     running: AtomicBool,
+    /// Citus mode: how many runs there have been, which picks the route.
+    runs: AtomicUsize,
     /// Kept open between runs; dropped after an error.
     conn: Mutex<Option<PgConnection>>,
 }
 
 impl Cleanup {
     pub fn new(rate: f64, batch: i64) -> Self {
-        Self { rate, batch, running: AtomicBool::new(false), conn: Mutex::new(None) }
+        Self { rate, batch, running: AtomicBool::new(false), runs: AtomicUsize::new(0), conn: Mutex::new(None) }
     }
 
     /// Called after each check: on about `rate` of them, starts a cleanup
@@ -64,15 +70,25 @@ impl Cleanup {
             Some(conn) => conn,
             None => slot.insert(session.open().await?),
         };
+        let deleted = match session.routes() {
+            None => self.delete(conn).await,
+            Some(routes) => {
+                let route = routes.all()[self.runs.fetch_add(1, Ordering::Relaxed) % routes.all().len()];
+                let deleted: Result<(i64,), _> =
+                    sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(self.batch).fetch_one(&mut *conn).await;
+                deleted.map(|(n,)| n.max(0) as u64)
+            }
+        };
+        if deleted.is_err() {
+            *slot = None;
+        }
+        deleted
+    }
+
+    async fn delete(&self, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
         let mut deleted = 0;
         for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
-            match sqlx::query(statement).bind(self.batch).execute(&mut *conn).await {
-                Ok(done) => deleted += done.rows_affected(),
-                Err(e) => {
-                    *slot = None;
-                    return Err(e);
-                }
-            }
+            deleted += sqlx::query(statement).bind(self.batch).execute(&mut *conn).await?.rows_affected();
         }
         Ok(deleted)
     }

@@ -16,8 +16,8 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::session::{classify, timed_out, Session};
-use super::statements;
-use crate::storage::{Answer, CheckBatch, StoreError};
+use super::{citus, statements};
+use crate::storage::{Answer, CheckBatch, StoreError, StoreKind};
 use crate::telemetry;
 
 /// Most checks decided in one call.
@@ -28,7 +28,17 @@ const MAX_BATCH: usize = 128;
 pub(super) struct Job {
     pub batch: CheckBatch,
     pub now: Option<DateTime<Utc>>,
+    pub task: Task,
     pub reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+/// What a job asks of its lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Task {
+    Check,
+    /// Citus mode: give back what `batch` (one route's part of a check that
+    /// another route denied) took at `now`. Answered with no buckets.
+    Refund,
 }
 
 /// A lane's connection and the session generation it was opened in.
@@ -74,7 +84,7 @@ pub(super) async fn lane(
         for group in by_clock(jobs) {
             let batches: Vec<&CheckBatch> = group.iter().map(|job| &job.batch).collect();
             let started = Instant::now();
-            let result = run(&session, &mut slot, &batches, group[0].now).await;
+            let result = run(&session, &mut slot, &batches, group[0].now, group[0].task).await;
             telemetry::db_call(started.elapsed(), batches.len());
             match result {
                 Ok(answers) => {
@@ -104,12 +114,13 @@ async fn next_batch(queue: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
     Some(jobs)
 }
 
-/// Splits jobs into runs that share a clock (only replays set one).
+/// Splits jobs into runs that share a task and a clock (only replays and
+/// refunds set one).
 fn by_clock(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     let mut groups: Vec<Vec<Job>> = Vec::new();
     for job in jobs {
         match groups.last_mut() {
-            Some(group) if group[0].now == job.now => group.push(job),
+            Some(group) if group[0].now == job.now && group[0].task == job.task => group.push(job),
             _ => groups.push(vec![job]),
         }
     }
@@ -123,6 +134,7 @@ async fn run(
     slot: &mut Slot,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
+    task: Task,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let generation = session.generation();
     if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
@@ -134,13 +146,38 @@ async fn run(
     let Some((conn, _)) = slot.as_mut() else {
         return Err(timed_out("connecting"));
     };
-    let result =
-        match tokio::time::timeout(session.hard_limit(), statements::decide(conn, batches, now)).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out("waiting for a batch")),
-        };
+    let work = async {
+        match (session.routes(), task) {
+            (None, Task::Check) => statements::decide(conn, batches, now).await,
+            (Some(routes), Task::Check) => citus::decide(conn, routes, batches, now).await,
+            (Some(routes), Task::Refund) => refund(conn, routes, batches, now).await,
+            (None, Task::Refund) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+        }
+    };
+    let result = match tokio::time::timeout(session.hard_limit(), work).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out("waiting for a batch")),
+    };
     if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
         *slot = None; // the connection's state is unknown: start afresh
     }
     result
+}
+
+/// Gives back each batch's take, one call per batch (each is one route).
+async fn refund(
+    conn: &mut PgConnection,
+    routes: &citus::Routes,
+    batches: &[&CheckBatch],
+    at: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let at = at.ok_or_else(|| sqlx::Error::Protocol("a refund without the time it gives back".into()))?;
+    let mut answers = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if let Some(first) = batch.buckets.first() {
+            citus::refund(conn, routes.of(&first.key), batch, at).await?;
+        }
+        answers.push(Answer { buckets: Vec::new(), now: at, store: StoreKind::Postgres, degraded: false, cached: false });
+    }
+    Ok(answers)
 }

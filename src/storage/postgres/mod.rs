@@ -11,6 +11,7 @@
 
 mod absorb;
 mod actions;
+mod citus;
 mod cleanup;
 mod health;
 mod lane;
@@ -31,8 +32,9 @@ use super::{
 use actions::ActionConn;
 use cleanup::Cleanup;
 use health::Health;
-use lane::{lane, Busy, Job};
+use lane::{lane, Busy, Job, Task};
 use listener::Heard;
+pub use citus::Citus;
 pub use session::migrate;
 use session::{classify, Session};
 
@@ -50,6 +52,8 @@ pub struct PgStoreOptions {
     pub cleanup_batch: i64,
     /// Whether the counters table should be UNLOGGED.
     pub unlogged: bool,
+    /// Whether to distribute the counters over a Citus cluster.
+    pub citus: Citus,
 }
 
 /// A handle on the lanes; cheap to clone. The lanes stop when the last
@@ -83,7 +87,7 @@ impl PgStore {
     /// Connects, applies the migrations, and starts the lanes.
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self, sqlx::Error> {
         let session = Arc::new(Session::new(url, options.longest_wait)?);
-        session.prepare(options.unlogged).await?;
+        session.prepare(options.unlogged, options.citus).await?;
         // Connect every lane, and the health connection, now and together:
         // a burst on a cold start would otherwise queue behind a storm of
         // connection handshakes.
@@ -128,14 +132,69 @@ impl PgStore {
     }
 
     async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Answer, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Job { batch: batch.clone(), now, reply };
+        if let Some(routes) = self.session.routes() {
+            return self.submit_parts(citus::split(routes, batch), batch, now).await;
+        }
         let Some(lane) = self.route(batch) else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
         };
-        if lane.queue.send(job).await.is_err() {
+        Self::answer(Self::enqueue(lane, batch.clone(), now, Task::Check).await?).await
+    }
+
+    /// Citus mode: each part of a check on the lane of its route, all at
+    /// once; if any part is denied or fails, the parts that took their cost
+    /// give it back before the check is answered.
+    async fn submit_parts(
+        &self,
+        parts: Vec<citus::Part>,
+        batch: &CheckBatch,
+        now: Option<DateTime<Utc>>,
+    ) -> Result<Answer, StoreError> {
+        let lane_of = |part: &citus::Part| &self.lanes[part.slot % self.lanes.len()];
+        let mut pending = Vec::with_capacity(parts.len());
+        for part in &parts {
+            pending.push(Self::enqueue(lane_of(part), part.batch.clone(), now, Task::Check).await);
+        }
+        let mut answers = Vec::with_capacity(parts.len());
+        for sent in pending {
+            answers.push(match sent {
+                Ok(answer) => Self::answer(answer).await,
+                Err(e) => Err(e),
+            });
+        }
+        let whole = answers.iter().all(|a| a.as_ref().is_ok_and(Answer::allowed));
+        let took: Vec<bool> = answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
+        let mut refunds = Vec::new();
+        for ((part, answer), _) in parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t) {
+            let at = answer.as_ref().map(|a| a.now).ok();
+            refunds.push(Self::enqueue(lane_of(part), part.batch.clone(), at, Task::Refund).await);
+        }
+        for refund in refunds {
+            if let Err(e) = async { Self::answer(refund?).await }.await {
+                // What was not given back stays counted: a bucket may deny
+                // early until its window ends, never admit too much.
+                tracing::warn!(error = %e, "Citus: a refund failed");
+            }
+        }
+        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(citus::merge(batch, &parts, answers, &took))
+    }
+
+    /// Queues a job; returns where its answer will come.
+    async fn enqueue(
+        lane: &LaneHandle,
+        batch: CheckBatch,
+        now: Option<DateTime<Utc>>,
+        task: Task,
+    ) -> Result<oneshot::Receiver<Result<Answer, StoreError>>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        if lane.queue.send(Job { batch, now, task, reply }).await.is_err() {
             return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
         }
+        Ok(answer)
+    }
+
+    async fn answer(answer: oneshot::Receiver<Result<Answer, StoreError>>) -> Result<Answer, StoreError> {
         answer
             .await
             .unwrap_or_else(|_| Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())))
@@ -217,9 +276,15 @@ impl Primary for PgStore {
     /// A fresh connection and `SELECT 1`; on success every lane reconnects
     /// before its next check, so no connection from before an outage is
     /// reused, and the fresh one becomes the health connection.
+    ///
+    /// In Citus mode, every route is pinged through the coordinator: the
+    /// coordinator answering says nothing of the workers.
     async fn probe(&self) -> Result<(), StoreError> {
         let mut conn = self.session.open().await.map_err(classify)?;
         sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
+        for &route in self.session.routes().map_or(&[][..], |r| r.all()) {
+            sqlx::query("SELECT pglimit_ping_route($1)").bind(route).execute(&mut conn).await.map_err(classify)?;
+        }
         self.session.renew();
         self.health.install(conn).await;
         Ok(())
@@ -236,7 +301,7 @@ impl Primary for PgStore {
             Ok(conn) => conn,
             Err(e) => return Err(Unabsorbed { error: classify(e), left: outage }),
         };
-        let result = absorb::absorb_all(&mut conn, outage, self.session.hard_limit()).await;
+        let result = absorb::absorb_all(&mut conn, outage, self.session.hard_limit(), self.session.routes()).await;
         let _ = conn.close().await;
         result.map_err(|(e, left)| Unabsorbed { error: classify(e), left })
     }

@@ -2,11 +2,13 @@
 //! schema they expect, and what their errors mean for the instance.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
+use super::citus::{self, Citus, Routes};
 use crate::storage::StoreError;
 
 /// Everything needed to open a configured connection, shared by the lanes,
@@ -17,6 +19,8 @@ pub(super) struct Session {
     hard_limit: Duration,
     /// Bumped when Postgres comes back, so lanes drop connections from before.
     generation: AtomicU64,
+    /// Set by [`Session::prepare`] in Citus mode.
+    routes: OnceLock<Routes>,
 }
 
 impl Session {
@@ -27,7 +31,7 @@ impl Session {
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
-        Ok(Self { connect, hard_limit, generation: AtomicU64::new(0) })
+        Ok(Self { connect, hard_limit, generation: AtomicU64::new(0), routes: OnceLock::new() })
     }
 
     /// How connections are opened, for connections managed elsewhere (the listener's).
@@ -56,20 +60,30 @@ impl Session {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Applies the migrations and the configured table persistence.
-    pub async fn prepare(&self, unlogged: bool) -> Result<(), sqlx::Error> {
+    /// Applies the migrations, the configured table persistence and, on a
+    /// Citus cluster, the distribution of the tables.
+    pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
         let mut conn = self.open().await?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
         set_persistence(&mut conn, unlogged).await?;
+        if let Some(routes) = citus::setup(&mut conn, citus).await? {
+            let _ = self.routes.set(routes);
+        }
         conn.close().await
+    }
+
+    /// The routes of Citus mode; `None` on a single node.
+    pub fn routes(&self) -> Option<&Routes> {
+        self.routes.get()
     }
 }
 
-/// Applies the migrations and the table persistence to the database at `url`,
-/// then disconnects: for deploy pipelines that migrate before rolling out.
-pub async fn migrate(url: &str, unlogged: bool) -> Result<(), sqlx::Error> {
+/// Applies the migrations, the table persistence and the Citus distribution
+/// to the database at `url`, then disconnects: for deploy pipelines that
+/// migrate before rolling out.
+pub async fn migrate(url: &str, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
     // A one-off command can afford to wait, e.g. behind another instance's migration.
-    Session::new(url, Duration::from_secs(30))?.prepare(unlogged).await
+    Session::new(url, Duration::from_secs(30))?.prepare(unlogged, citus).await
 }
 
 /// A database set up by a build from before the schema was squashed into one

@@ -15,6 +15,9 @@ use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 /// `migrations/`.
 const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
+/// The same for the buckets of one route, in Citus mode (see `citus/`).
+const CHECK_ROUTE: &str = "SELECT * FROM pglimit_check_route($10, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
 /// The common case as one plain multi-row upsert, no PL/pgSQL: every check
 /// has one fixed-window bucket without a lockout, costs at least 1, and no
 /// two checks share a key. A blocked key is read in the same statement and
@@ -100,8 +103,20 @@ pub(super) async fn decide(
     let mut rows = if fixed_window_upsert_applies(batches) {
         fixed_window_upsert(conn, batches, now).await?
     } else {
-        check_batch(conn, batches, now).await?
+        check_batch(conn, batches, now, None).await?
     };
+    rows.sort_by_key(|r| r.o_pos);
+    split(batches, rows)
+}
+
+/// Like [`decide`], in Citus mode, for checks whose buckets all have `route`.
+pub(super) async fn decide_on_route(
+    conn: &mut PgConnection,
+    route: i32,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let mut rows = check_batch(conn, batches, now, Some(route)).await?;
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
 }
@@ -136,11 +151,16 @@ async fn check_batch(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
+    route: Option<i32>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets =
         || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
-    sqlx::query_as(CHECK_BATCH)
+    let query = match route {
+        None => sqlx::query_as(CHECK_BATCH),
+        Some(_) => sqlx::query_as(CHECK_ROUTE),
+    };
+    let query = query
         .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| to_i64(b.limit)).collect::<Vec<_>>())
@@ -149,9 +169,11 @@ async fn check_batch(
         .bind(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| block_for(b)).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect::<Vec<_>>())
-        .bind(now)
-        .fetch_all(conn)
-        .await
+        .bind(now);
+    match route {
+        None => query.fetch_all(conn).await,
+        Some(route) => query.bind(route).fetch_all(conn).await,
+    }
 }
 
 /// Hands each batch the rows of its own buckets.

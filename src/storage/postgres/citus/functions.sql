@@ -1,0 +1,224 @@
+-- Citus mode's functions, each called with a route and delegated by Citus to
+-- the worker holding that route's shard (create_distributed_function with
+-- distribution_arg_name => 'p_route'), where it runs on that one shard: no
+-- two-phase commit, no lock on any other shard. Re-created at every start
+-- (CREATE OR REPLACE), so a new build brings its own versions. Their
+-- statements are planned for the values at hand (force_custom_plan): the
+-- service's sessions force generic plans, with which Citus cannot route a
+-- statement whose route is a parameter.
+
+-- pglimit_check_batch (migrations/) for the buckets of one route: the same
+-- decisions, the same arguments and answers, every statement confined to
+-- the route.
+CREATE OR REPLACE FUNCTION pglimit_check_route(
+    p_route        integer,
+    p_checks       integer[],
+    p_keys         bytea[],
+    p_limits       bigint[],
+    p_windows_ms   bigint[],
+    p_algos        smallint[],
+    p_costs        bigint[],
+    p_block_for_ms bigint[],
+    p_names        text[],
+    p_now          timestamptz
+) RETURNS TABLE (
+    o_pos       integer,
+    o_allowed   boolean,
+    o_remaining bigint,
+    o_reset_at  timestamptz,
+    o_retry_at  timestamptz,
+    o_now       timestamptz,
+    o_blocked   boolean
+) LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    v_now   timestamptz := coalesce(p_now, now());
+    now_us  bigint := pglimit_us(v_now);
+    n       integer := cardinality(p_keys);
+    k_key bytea[]; k_count bigint[]; k_prev bigint[]; k_exp bigint[]; k_tat bigint[]; k_log jsonb[];
+    k_dirty boolean[]; k_block bigint[]; k_locked boolean[]; k_name text[];
+    pos     integer[];
+    a_allowed boolean[]; a_rem bigint[]; a_full bigint[]; a_retry bigint[]; a_blocked boolean[];
+    t_count bigint[]; t_prev bigint[]; t_exp bigint[]; t_tat bigint[]; t_log jsonb[];
+    b integer := 1; first_b integer; i integer; j integer; admit boolean; v record; until_us bigint;
+    dk bytea; s_count bigint; s_prev bigint; s_exp timestamptz; s_tat bigint; s_log bigint[]; s_name text;
+BEGIN
+    IF coalesce(n, 0) = 0 THEN
+        RETURN;
+    END IF;
+    -- Row by row, in key order: each statement is then a single-shard
+    -- router query that Citus runs locally.
+    FOREACH dk IN ARRAY ARRAY(SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key) ORDER BY 1) LOOP
+        INSERT INTO pglimit_buckets AS t (route, key, count, expires_at) VALUES (p_route, dk, 0, v_now)
+        ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false;
+    END LOOP;
+
+    SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
+           array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
+           array_agg(t.tat_us ORDER BY t.key),
+           array_agg(CASE WHEN t.log IS NULL THEN NULL ELSE to_jsonb(t.log) END ORDER BY t.key)
+    INTO k_key, k_count, k_prev, k_exp, k_tat, k_log
+    FROM pglimit_buckets t WHERE t.route = p_route AND t.key = ANY (p_keys);
+    k_block := ARRAY(SELECT (SELECT pglimit_us(k.until) FROM pglimit_blocks k
+                             WHERE k.route = p_route AND k.key = u.key AND k.until > v_now)
+                     FROM unnest(k_key) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
+    k_dirty := array_fill(false, ARRAY[cardinality(k_key)]);
+    k_locked := array_fill(false, ARRAY[cardinality(k_key)]);
+    k_name := array_fill(NULL::text, ARRAY[cardinality(k_key)]);
+    pos := ARRAY(SELECT array_position(k_key, u.key) FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
+
+    WHILE b <= n LOOP
+        first_b := b;
+        WHILE b < n AND p_checks[b + 1] = p_checks[first_b] LOOP b := b + 1; END LOOP;
+        admit := p_costs[first_b] > 0;
+        FOR i IN first_b..b LOOP
+            j := pos[i];
+            v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
+                                CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
+                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, true);
+            a_blocked[i] := k_block[j] IS NOT NULL;
+            admit := admit AND v.allowed AND NOT a_blocked[i];
+            a_allowed[i] := v.allowed AND NOT a_blocked[i];
+            a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
+            t_count[i] := v.n_count; t_prev[i] := v.n_prev; t_exp[i] := v.n_expires; t_tat[i] := v.n_tat;
+            t_log[i] := CASE WHEN p_algos[i] = 2 THEN to_jsonb(v.n_log) END;
+        END LOOP;
+        FOR i IN first_b..b LOOP
+            j := pos[i];
+            IF admit THEN
+                k_count[j] := t_count[i]; k_prev[j] := t_prev[i]; k_exp[j] := t_exp[i];
+                k_tat[j] := t_tat[i]; k_log[j] := t_log[i]; k_dirty[j] := true;
+                CONTINUE;
+            END IF;
+            v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
+                                CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
+                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, false);
+            a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
+            IF NOT a_blocked[i] AND NOT a_allowed[i] AND coalesce(p_block_for_ms[i], 0) > 0 THEN
+                k_block[j] := greatest(coalesce(k_block[j], 0), now_us + p_block_for_ms[i] * 1000);
+                k_locked[j] := true;
+                k_name[j] := p_names[i];
+            END IF;
+            IF a_blocked[i] OR k_locked[j] THEN
+                a_blocked[i] := true;
+                until_us := k_block[j];
+                a_rem[i] := 0;
+                a_retry[i] := greatest(coalesce(a_retry[i], 0), until_us);
+                a_full[i] := greatest(a_full[i], until_us);
+            END IF;
+        END LOOP;
+        b := b + 1;
+    END LOOP;
+
+    -- Scalars, not array elements, in the statements: Citus 13.2's router
+    -- planner crashed the backend on subscripted parameters.
+    FOR j IN 1..cardinality(k_key) LOOP
+        dk := k_key[j];
+        IF k_dirty[j] THEN
+            s_count := k_count[j]; s_prev := k_prev[j]; s_exp := pglimit_ts(k_exp[j]); s_tat := k_tat[j];
+            s_log := CASE WHEN k_log[j] IS NULL THEN NULL ELSE pglimit_log_of(k_log[j]) END;
+            UPDATE pglimit_buckets t SET
+                count = s_count, prev_count = s_prev, expires_at = s_exp, tat_us = s_tat, log = s_log
+            WHERE t.route = p_route AND t.key = dk;
+        END IF;
+        IF k_locked[j] THEN
+            s_exp := pglimit_ts(k_block[j]); s_name := k_name[j];
+            INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket)
+            VALUES (p_route, dk, s_exp, 'lockout', split_part(s_name, '/', 1), split_part(s_name, '/', 2))
+            ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
+                policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
+            WHERE k.until < EXCLUDED.until;
+        END IF;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
+    FROM unnest(a_allowed, a_rem, a_full, a_retry, a_blocked) WITH ORDINALITY AS r(al, rem, fu, re, bl, o);
+END
+$$;
+
+-- Gives back what a check took on this route when its buckets on another
+-- route denied it (a check across routes is all or nothing by taking on
+-- each route, then refunding). `p_at` is the clock the taking call used;
+-- nothing is given back to a window that has ended since, so a refund
+-- never adds to a later window what that window did not take.
+CREATE OR REPLACE FUNCTION pglimit_refund_route(
+    p_route      integer,
+    p_keys       bytea[],
+    p_limits     bigint[],
+    p_windows_ms bigint[],
+    p_algos      smallint[],
+    p_costs      bigint[],
+    p_at         timestamptz
+) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    at_us bigint := pglimit_us(p_at);
+    i integer; k bytea; cost bigint; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
+BEGIN
+    -- In key order, like every lock taken here; scalars in the statements
+    -- (see pglimit_check_route).
+    FOR i IN SELECT u.o FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.key LOOP
+        k := p_keys[i]; cost := p_costs[i]; win := p_windows_ms[i] * 1000;
+        IF p_algos[i] = 0 THEN  -- fixed window: only the window that took it
+            UPDATE pglimit_buckets SET count = greatest(count - cost, 0)
+            WHERE route = p_route AND key = k AND expires_at > p_at AND pglimit_us(expires_at) - win <= at_us;
+        ELSIF p_algos[i] = 1 THEN  -- sliding window: the current window, or the previous one since
+            end_us := div(at_us, win) * win + win;
+            UPDATE pglimit_buckets SET
+                count      = CASE WHEN pglimit_us(expires_at) - win = end_us
+                                  THEN greatest(count - cost, 0) ELSE count END,
+                prev_count = CASE WHEN pglimit_us(expires_at) - win = end_us + win
+                                  THEN greatest(prev_count - cost, 0) ELSE prev_count END
+            WHERE route = p_route AND key = k AND pglimit_us(expires_at) - win IN (end_us, end_us + win);
+        ELSIF p_algos[i] = 2 THEN  -- sliding log: the entries stamped at p_at
+            SELECT b.log INTO lg FROM pglimit_buckets b WHERE b.route = p_route AND b.key = k FOR UPDATE;
+            CONTINUE WHEN lg IS NULL;
+            FOR n IN 1..cost LOOP
+                x := array_position(lg, at_us);
+                EXIT WHEN x IS NULL;
+                lg := lg[1:x - 1] || lg[x + 1:];
+            END LOOP;
+            UPDATE pglimit_buckets SET log = lg WHERE route = p_route AND key = k;
+        ELSIF p_algos[i] = 3 THEN  -- token bucket: the theoretical arrival time moves back
+            step := greatest(win / greatest(p_limits[i], 1), 1) * cost;
+            UPDATE pglimit_buckets SET tat_us = tat_us - step, expires_at = pglimit_ts(tat_us - step)
+            WHERE route = p_route AND key = k AND tat_us IS NOT NULL;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The cleanup, one route at a time (a distributed DELETE with SKIP LOCKED
+-- is refused): expired buckets, then ended blocks.
+CREATE OR REPLACE FUNCTION pglimit_cleanup_route(p_route integer, p_limit integer)
+RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    gone bigint; more bigint;
+BEGIN
+    DELETE FROM pglimit_buckets WHERE route = p_route AND key IN (
+        SELECT key FROM pglimit_buckets WHERE route = p_route AND expires_at <= now()
+        ORDER BY expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    DELETE FROM pglimit_blocks WHERE route = p_route AND key IN (
+        SELECT key FROM pglimit_blocks WHERE route = p_route AND until <= now()
+        ORDER BY until LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS more = ROW_COUNT;
+    RETURN gone + more;
+END
+$$;
+
+-- Whether the worker holding a route answers: the health probe calls it for
+-- every route, since the coordinator answering says nothing of the workers.
+CREATE OR REPLACE FUNCTION pglimit_ping_route(p_route integer)
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+BEGIN
+    PERFORM FROM pglimit_buckets WHERE route = p_route LIMIT 1;
+    RETURN p_route;
+END
+$$;
+
+SELECT create_distributed_function('pglimit_check_route(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz)',
+                                   'p_route', colocate_with := 'pglimit_buckets');
+SELECT create_distributed_function('pglimit_refund_route(integer, bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz)',
+                                   'p_route', colocate_with := 'pglimit_buckets');
+SELECT create_distributed_function('pglimit_cleanup_route(integer, integer)', 'p_route', colocate_with := 'pglimit_buckets');
+SELECT create_distributed_function('pglimit_ping_route(integer)', 'p_route', colocate_with := 'pglimit_buckets');
