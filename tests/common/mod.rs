@@ -146,6 +146,7 @@ pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
         cleanup_rate: 0.0,
         cleanup_batch: 1000,
         unlogged: false,
+        citus: pglimit::storage::Citus::Auto,
     };
     pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
 }

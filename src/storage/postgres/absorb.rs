@@ -93,7 +93,11 @@ pub(super) async fn absorb_all(
     Ok(())
 }
 
-async fn absorb_chunk(conn: &mut PgConnection, chunk: &[Held], route: Option<i32>) -> Result<(), sqlx::Error> {
+async fn absorb_chunk(
+    conn: &mut PgConnection,
+    chunk: &[Held],
+    route: Option<i32>,
+) -> Result<(), sqlx::Error> {
     let mut tx = conn.begin().await?;
     let keys: Vec<&[u8]> = chunk.iter().map(|h| &h.key[..]).collect();
     let rows: Vec<Row> = match route {
@@ -122,7 +126,11 @@ fn state_of((key, count, prev, expires_us, tat_us, log, _): Row) -> Option<(Key,
     Some((key, State { count, prev, expires_us, tat_us, log }))
 }
 
-async fn write(conn: &mut PgConnection, merged: &[(&Key, State)], route: Option<i32>) -> Result<(), sqlx::Error> {
+async fn write(
+    conn: &mut PgConnection,
+    merged: &[(&Key, State)],
+    route: Option<i32>,
+) -> Result<(), sqlx::Error> {
     let column = |f: fn(&State) -> i64| merged.iter().map(|(_, s)| f(s)).collect::<Vec<i64>>();
     let logs: Vec<Option<String>> = merged
         .iter()

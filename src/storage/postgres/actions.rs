@@ -86,7 +86,8 @@ impl ActionConn {
         reason: Option<&str>,
     ) -> Result<DateTime<Utc>, StoreError> {
         let targets = targets.to_vec();
-        let routes: Option<Vec<i32>> = session.routes().map(|r| targets.iter().map(|t| r.of(&t.key)).collect());
+        let routes: Option<Vec<i32>> =
+            session.routes().map(|r| targets.iter().map(|t| r.of(&t.key)).collect());
         let (ms, reason) =
             (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
         self.transaction(session, move |tx| {

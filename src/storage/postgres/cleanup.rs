@@ -40,7 +40,13 @@ pub(super) struct Cleanup {
 
 impl Cleanup {
     pub fn new(rate: f64, batch: i64) -> Self {
-        Self { rate, batch, running: AtomicBool::new(false), runs: AtomicUsize::new(0), conn: Mutex::new(None) }
+        Self {
+            rate,
+            batch,
+            running: AtomicBool::new(false),
+            runs: AtomicUsize::new(0),
+            conn: Mutex::new(None),
+        }
     }
 
     /// Called after each check: on about `rate` of them, starts a cleanup

@@ -177,7 +177,13 @@ async fn refund(
         if let Some(first) = batch.buckets.first() {
             citus::refund(conn, routes.of(&first.key), batch, at).await?;
         }
-        answers.push(Answer { buckets: Vec::new(), now: at, store: StoreKind::Postgres, degraded: false, cached: false });
+        answers.push(Answer {
+            buckets: Vec::new(),
+            now: at,
+            store: StoreKind::Postgres,
+            degraded: false,
+            cached: false,
+        });
     }
     Ok(answers)
 }

@@ -30,11 +30,11 @@ use super::{
     Actions, Answer, Block, BlockTarget, CheckBatch, Held, Key, Primary, Stale, Store, StoreError, Unabsorbed,
 };
 use actions::ActionConn;
+pub use citus::Citus;
 use cleanup::Cleanup;
 use health::Health;
 use lane::{lane, Busy, Job, Task};
 use listener::Heard;
-pub use citus::Citus;
 pub use session::migrate;
 use session::{classify, Session};
 
@@ -163,7 +163,8 @@ impl PgStore {
             });
         }
         let whole = answers.iter().all(|a| a.as_ref().is_ok_and(Answer::allowed));
-        let took: Vec<bool> = answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
+        let took: Vec<bool> =
+            answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
         let mut refunds = Vec::new();
         for ((part, answer), _) in parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t) {
             let at = answer.as_ref().map(|a| a.now).ok();
@@ -283,7 +284,11 @@ impl Primary for PgStore {
         let mut conn = self.session.open().await.map_err(classify)?;
         sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
         for &route in self.session.routes().map_or(&[][..], |r| r.all()) {
-            sqlx::query("SELECT pglimit_ping_route($1)").bind(route).execute(&mut conn).await.map_err(classify)?;
+            sqlx::query("SELECT pglimit_ping_route($1)")
+                .bind(route)
+                .execute(&mut conn)
+                .await
+                .map_err(classify)?;
         }
         self.session.renew();
         self.health.install(conn).await;
@@ -301,7 +306,8 @@ impl Primary for PgStore {
             Ok(conn) => conn,
             Err(e) => return Err(Unabsorbed { error: classify(e), left: outage }),
         };
-        let result = absorb::absorb_all(&mut conn, outage, self.session.hard_limit(), self.session.routes()).await;
+        let result =
+            absorb::absorb_all(&mut conn, outage, self.session.hard_limit(), self.session.routes()).await;
         let _ = conn.close().await;
         result.map_err(|(e, left)| Unabsorbed { error: classify(e), left })
     }

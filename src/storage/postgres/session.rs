@@ -44,7 +44,16 @@ impl Session {
     }
 
     pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
-        match tokio::time::timeout(self.hard_limit, PgConnection::connect_with(&self.connect)).await {
+        let open = async {
+            let mut conn = PgConnection::connect_with(&self.connect).await?;
+            if self.routes.get().is_some() {
+                // Citus delegates a call to the worker of its route only when
+                // it sees the route's value: a generic plan has a parameter.
+                sqlx::query("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await?;
+            }
+            Ok(conn)
+        };
+        match tokio::time::timeout(self.hard_limit, open).await {
             Ok(conn) => conn,
             Err(_) => Err(timed_out("connecting")),
         }

@@ -92,6 +92,9 @@ pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Opti
         (Citus::On | Citus::Auto, true) => {}
     }
     let mut tx = conn.begin().await?;
+    // Distributing tables and functions in one transaction needs one
+    // connection per worker throughout.
+    sqlx::query("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'").execute(&mut *tx).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(SETUP_LOCK).execute(&mut *tx).await?;
     let (distributed,): (bool,) = sqlx::query_as(
         "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'pglimit_buckets'::regclass)",
@@ -104,7 +107,8 @@ pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Opti
     }
     sqlx::raw_sql(FUNCTIONS).execute(&mut *tx).await?;
     tx.commit().await?;
-    let routes: Vec<(i32,)> = sqlx::query_as("SELECT route FROM pglimit_routes ORDER BY slot").fetch_all(conn).await?;
+    let routes: Vec<(i32,)> =
+        sqlx::query_as("SELECT route FROM pglimit_routes ORDER BY slot").fetch_all(conn).await?;
     if routes.is_empty() {
         return Err(sqlx::Error::Protocol("pglimit_routes is empty".into()));
     }
@@ -146,7 +150,8 @@ pub(super) async fn refund(
     batch: &CheckBatch,
     at: DateTime<Utc>,
 ) -> Result<(), sqlx::Error> {
-    let column = |f: fn(&crate::storage::BucketSpec) -> i64| batch.buckets.iter().map(f).collect::<Vec<i64>>();
+    let column =
+        |f: fn(&crate::storage::BucketSpec) -> i64| batch.buckets.iter().map(f).collect::<Vec<i64>>();
     sqlx::query(REFUND)
         .bind(route)
         .bind(batch.buckets.iter().map(|b| b.key.as_slice()).collect::<Vec<_>>())

@@ -49,7 +49,9 @@ pub(in crate::storage::postgres) fn merge(
     let now = answers.iter().map(|a| a.now).max().unwrap_or_else(chrono::Utc::now);
     let mut buckets = vec![None; batch.buckets.len()];
     for ((part, answer), &given_back) in parts.iter().zip(answers).zip(refunded) {
-        for ((&position, mut bucket), spec) in part.positions.iter().zip(answer.buckets).zip(&part.batch.buckets) {
+        for ((&position, mut bucket), spec) in
+            part.positions.iter().zip(answer.buckets).zip(&part.batch.buckets)
+        {
             if given_back {
                 bucket.remaining = (bucket.remaining + batch.cost).min(spec.limit);
             }
