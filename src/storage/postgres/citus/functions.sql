@@ -2,14 +2,38 @@
 -- the worker holding that route's shard (create_distributed_function with
 -- distribution_arg_name => 'p_route'), where it runs on that one shard: no
 -- two-phase commit, no lock on any other shard. Re-created at every start
--- (CREATE OR REPLACE), so a new build brings its own versions. Their
--- statements are planned for the values at hand (force_custom_plan): the
--- service's sessions force generic plans, with which Citus cannot route a
--- statement whose route is a parameter.
+-- (CREATE OR REPLACE), so a new build brings its own versions. Statements
+-- on the distributed tables are planned for the values at hand
+-- (force_custom_plan): the service's sessions force generic plans, with
+-- which Citus cannot route a statement whose route is a parameter.
+
+-- The name of `p_table`'s shard for `p_route` on this node, locked against
+-- a shard move as Citus' own writes lock it (a move blocks writes with an
+-- ExclusiveLock on the shard's metadata; this RowExclusiveLock waits for
+-- it, and it for this). A call that finds the shard gone (moved while the
+-- call waited) fails with a serialization error rather than write into a
+-- copy that is about to be dropped.
+CREATE OR REPLACE FUNCTION pglimit_local_shard(p_table regclass, p_route integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    shard bigint := get_shard_id_for_distribution_column(p_table, p_route);
+BEGIN
+    PERFORM lock_shard_metadata(3, ARRAY[shard]);
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
+                   WHERE p.shardid = shard AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
+        RAISE EXCEPTION 'pglimit: shard % of route % is not on this node', shard, p_route
+            USING ERRCODE = 'serialization_failure', HINT = 'a shard move ended while the call waited; retry';
+    END IF;
+    RETURN shard_name(p_table, shard);
+END
+$$;
 
 -- pglimit_check_batch (migrations/) for the buckets of one route: the same
--- decisions, the same arguments and answers, every statement confined to
--- the route.
+-- decisions, the same arguments and answers. It runs on the worker holding
+-- the route's shard and reads and writes that shard's tables directly, with
+-- the single-node function's set-based statements: statements on the
+-- distributed tables would each go through Citus' planner, several times
+-- the cost of the statement itself.
 CREATE OR REPLACE FUNCTION pglimit_check_route(
     p_route        integer,
     p_checks       integer[],
@@ -29,38 +53,39 @@ CREATE OR REPLACE FUNCTION pglimit_check_route(
     o_retry_at  timestamptz,
     o_now       timestamptz,
     o_blocked   boolean
-) LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+) LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, now());
     now_us  bigint := pglimit_us(v_now);
     n       integer := cardinality(p_keys);
+    buckets text; blocks text;
     k_key bytea[]; k_count bigint[]; k_prev bigint[]; k_exp bigint[]; k_tat bigint[]; k_log jsonb[];
     k_dirty boolean[]; k_block bigint[]; k_locked boolean[]; k_name text[];
     pos     integer[];
     a_allowed boolean[]; a_rem bigint[]; a_full bigint[]; a_retry bigint[]; a_blocked boolean[];
     t_count bigint[]; t_prev bigint[]; t_exp bigint[]; t_tat bigint[]; t_log jsonb[];
     b integer := 1; first_b integer; i integer; j integer; admit boolean; v record; until_us bigint;
-    dk bytea; s_count bigint; s_prev bigint; s_exp timestamptz; s_tat bigint; s_log bigint[]; s_name text;
 BEGIN
     IF coalesce(n, 0) = 0 THEN
         RETURN;
     END IF;
-    -- Row by row, in key order: each statement is then a single-shard
-    -- router query that Citus runs locally.
-    FOREACH dk IN ARRAY ARRAY(SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key) ORDER BY 1) LOOP
-        INSERT INTO pglimit_buckets AS t (route, key, count, expires_at) VALUES (p_route, dk, 0, v_now)
-        ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false;
-    END LOOP;
+    buckets := pglimit_local_shard('pglimit_buckets', p_route);
+    blocks := pglimit_local_shard('pglimit_blocks', p_route);
+    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+    EXECUTE format('INSERT INTO %s AS t (route, key, count, expires_at)
+                    SELECT DISTINCT $1, u.key, 0, $2 FROM unnest($3) AS u(key) ORDER BY 2
+                    ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false', buckets)
+    USING p_route, v_now, p_keys;
 
-    SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
+    EXECUTE format('SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
            array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
            array_agg(t.tat_us ORDER BY t.key),
-           array_agg(CASE WHEN t.log IS NULL THEN NULL ELSE to_jsonb(t.log) END ORDER BY t.key)
-    INTO k_key, k_count, k_prev, k_exp, k_tat, k_log
-    FROM pglimit_buckets t WHERE t.route = p_route AND t.key = ANY (p_keys);
-    k_block := ARRAY(SELECT (SELECT pglimit_us(k.until) FROM pglimit_blocks k
-                             WHERE k.route = p_route AND k.key = u.key AND k.until > v_now)
-                     FROM unnest(k_key) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
+           array_agg(CASE WHEN t.log IS NULL THEN NULL ELSE to_jsonb(t.log) END ORDER BY t.key),
+           array_agg((SELECT pglimit_us(k.until) FROM %s k WHERE k.route = $1 AND k.key = t.key AND k.until > $2)
+                     ORDER BY t.key)
+    FROM %s t WHERE t.route = $1 AND t.key = ANY ($3)', blocks, buckets)
+    INTO k_key, k_count, k_prev, k_exp, k_tat, k_log, k_block
+    USING p_route, v_now, p_keys;
     k_dirty := array_fill(false, ARRAY[cardinality(k_key)]);
     k_locked := array_fill(false, ARRAY[cardinality(k_key)]);
     k_name := array_fill(NULL::text, ARRAY[cardinality(k_key)]);
@@ -109,26 +134,23 @@ BEGIN
         b := b + 1;
     END LOOP;
 
-    -- Scalars, not array elements, in the statements: Citus 13.2's router
-    -- planner crashed the backend on subscripted parameters.
-    FOR j IN 1..cardinality(k_key) LOOP
-        dk := k_key[j];
-        IF k_dirty[j] THEN
-            s_count := k_count[j]; s_prev := k_prev[j]; s_exp := pglimit_ts(k_exp[j]); s_tat := k_tat[j];
-            s_log := CASE WHEN k_log[j] IS NULL THEN NULL ELSE pglimit_log_of(k_log[j]) END;
-            UPDATE pglimit_buckets t SET
-                count = s_count, prev_count = s_prev, expires_at = s_exp, tat_us = s_tat, log = s_log
-            WHERE t.route = p_route AND t.key = dk;
-        END IF;
-        IF k_locked[j] THEN
-            s_exp := pglimit_ts(k_block[j]); s_name := k_name[j];
-            INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket)
-            VALUES (p_route, dk, s_exp, 'lockout', split_part(s_name, '/', 1), split_part(s_name, '/', 2))
-            ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
-                policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
-            WHERE k.until < EXCLUDED.until;
-        END IF;
-    END LOOP;
+    EXECUTE format('UPDATE %s t SET
+        count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt,
+        log = CASE WHEN s.lg IS NULL THEN NULL ELSE pglimit_log_of(s.lg) END
+    FROM unnest($2, $3, $4, $5, $6, $7, $8) AS s(key, c, p, e, tt, lg, dirty)
+    WHERE s.dirty AND t.route = $1 AND t.key = s.key', buckets)
+    USING p_route, k_key, k_count, k_prev, k_exp, k_tat, k_log, k_dirty;
+
+    IF true = ANY (k_locked) THEN
+        EXECUTE format('INSERT INTO %s AS k (route, key, until, kind, policy, bucket)
+        SELECT $1, s.key, pglimit_ts(s.until_us), ''lockout'', split_part(s.name, ''/'', 1), split_part(s.name, ''/'', 2)
+        FROM unnest($2, $3, $4, $5) AS s(key, until_us, locked, name)
+        WHERE s.locked ORDER BY s.key
+        ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = ''lockout'',
+            policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
+        WHERE k.until < EXCLUDED.until', blocks)
+        USING p_route, k_key, k_block, k_locked, k_name;
+    END IF;
 
     RETURN QUERY
     SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
