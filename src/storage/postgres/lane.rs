@@ -36,8 +36,8 @@ pub(super) struct Job {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Task {
     Check,
-    /// Citus mode: give back what `batch` (one route's part of a check that
-    /// another route denied) took at `now`. Answered with no buckets.
+    /// Citus mode: give back what `batch` (one worker's part of a check that
+    /// another worker denied) took at `now`. Answered with no buckets.
     Refund,
 }
 
@@ -164,7 +164,7 @@ async fn run(
     result
 }
 
-/// Gives back each batch's take, one call per batch (each is one route).
+/// Gives back each batch's take, one call per batch (each on one worker).
 async fn refund(
     conn: &mut PgConnection,
     routes: &citus::Routes,
@@ -174,9 +174,7 @@ async fn refund(
     let at = at.ok_or_else(|| sqlx::Error::Protocol("a refund without the time it gives back".into()))?;
     let mut answers = Vec::with_capacity(batches.len());
     for batch in batches {
-        if let Some(first) = batch.buckets.first() {
-            citus::refund(conn, routes.of(&first.key), batch, at).await?;
-        }
+        citus::refund(conn, routes, batch, at).await?;
         answers.push(Answer {
             buckets: Vec::new(),
             now: at,

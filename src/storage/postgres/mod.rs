@@ -150,7 +150,9 @@ impl PgStore {
         batch: &CheckBatch,
         now: Option<DateTime<Utc>>,
     ) -> Result<Answer, StoreError> {
-        let lane_of = |part: &citus::Part| &self.lanes[part.slot % self.lanes.len()];
+        // A worker's checks on lanes of their own: one call per worker per batch.
+        let lane_of =
+            |part: &citus::Part| &self.lanes[part.worker.unsigned_abs() as usize % self.lanes.len()];
         let mut pending = Vec::with_capacity(parts.len());
         for part in &parts {
             pending.push(Self::enqueue(lane_of(part), part.batch.clone(), now, Task::Check).await);

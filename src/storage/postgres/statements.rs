@@ -15,8 +15,9 @@ use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 /// `migrations/`.
 const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
-/// The same for the buckets of one route, in Citus mode (see `citus/`).
-const CHECK_ROUTE: &str = "SELECT * FROM pglimit_check_route($10, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
+/// The same for buckets on one worker, in Citus mode (see `citus/`): $10 is
+/// the route Citus sends the call by, $11 each bucket's route.
+const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The common case as one plain multi-row upsert, no PL/pgSQL: every check
 /// has one fixed-window bucket without a lockout, costs at least 1, and no
@@ -109,14 +110,16 @@ pub(super) async fn decide(
     split(batches, rows)
 }
 
-/// Like [`decide`], in Citus mode, for checks whose buckets all have `route`.
-pub(super) async fn decide_on_route(
+/// Like [`decide`], in Citus mode, for checks whose buckets are all on the
+/// worker of `route`; `routes` gives each bucket's route.
+pub(super) async fn decide_on_node(
     conn: &mut PgConnection,
     route: i32,
+    routes: &[i32],
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut rows = check_batch(conn, batches, now, Some(route)).await?;
+    let mut rows = check_batch(conn, batches, now, Some((route, routes))).await?;
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
 }
@@ -151,14 +154,14 @@ async fn check_batch(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
-    route: Option<i32>,
+    node: Option<(i32, &[i32])>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets =
         || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
-    let query = match route {
+    let query = match node {
         None => sqlx::query_as(CHECK_BATCH),
-        Some(_) => sqlx::query_as(CHECK_ROUTE),
+        Some(_) => sqlx::query_as(CHECK_NODE),
     };
     let query = query
         .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
@@ -170,9 +173,9 @@ async fn check_batch(
         .bind(buckets().map(|(_, _, b)| block_for(b)).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect::<Vec<_>>())
         .bind(now);
-    match route {
+    match node {
         None => query.fetch_all(conn).await,
-        Some(route) => query.bind(route).fetch_all(conn).await,
+        Some((route, routes)) => query.bind(route).bind(routes).fetch_all(conn).await,
     }
 }
 

@@ -1,7 +1,7 @@
 -- Citus mode's functions, each called with a route and delegated by Citus to
 -- the worker holding that route's shard (create_distributed_function with
--- distribution_arg_name => 'p_route'), where it runs on that one shard: no
--- two-phase commit, no lock on any other shard. Re-created at every start
+-- distribution_arg_name => 'p_route'), where it runs on that worker's shards
+-- only: no two-phase commit, no lock on another node. Re-created at every start
 -- (CREATE OR REPLACE), so a new build brings its own versions. Statements
 -- on the distributed tables are planned for the values at hand
 -- (force_custom_plan): the service's sessions force generic plans, with
@@ -28,14 +28,17 @@ BEGIN
 END
 $$;
 
--- pglimit_check_batch (migrations/) for the buckets of one route: the same
--- decisions, the same arguments and answers. It runs on the worker holding
--- the route's shard and reads and writes that shard's tables directly, with
--- the single-node function's set-based statements: statements on the
+-- pglimit_check_batch (migrations/) for buckets whose shards are all on
+-- one worker (p_routes: each bucket's route; p_route: any of them, which
+-- sends the call to that worker): the same decisions, arguments and
+-- answers. It reads and writes the shards' tables directly, route by route
+-- in route order (so rows are locked in (route, key) order, as everywhere),
+-- with the single-node function's set-based statements: statements on the
 -- distributed tables would each go through Citus' planner, several times
 -- the cost of the statement itself.
-CREATE OR REPLACE FUNCTION pglimit_check_route(
+CREATE OR REPLACE FUNCTION pglimit_check_node(
     p_route        integer,
+    p_routes       integer[],
     p_checks       integer[],
     p_keys         bytea[],
     p_limits       bigint[],
@@ -58,7 +61,9 @@ DECLARE
     v_now   timestamptz := coalesce(p_now, now());
     now_us  bigint := pglimit_us(v_now);
     n       integer := cardinality(p_keys);
-    buckets text; blocks text;
+    rs integer[] := ARRAY(SELECT DISTINCT x FROM unnest(p_routes) AS x ORDER BY 1);
+    r integer; ri integer; buckets text[]; blocks text[]; k_route integer[]; r_keys bytea[];
+    s_key bytea[]; s_count bigint[]; s_prev bigint[]; s_exp bigint[]; s_tat bigint[]; s_log jsonb[]; s_block bigint[];
     k_key bytea[]; k_count bigint[]; k_prev bigint[]; k_exp bigint[]; k_tat bigint[]; k_log jsonb[];
     k_dirty boolean[]; k_block bigint[]; k_locked boolean[]; k_name text[];
     pos     integer[];
@@ -69,23 +74,29 @@ BEGIN
     IF coalesce(n, 0) = 0 THEN
         RETURN;
     END IF;
-    buckets := pglimit_local_shard('pglimit_buckets', p_route);
-    blocks := pglimit_local_shard('pglimit_blocks', p_route);
-    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
-    EXECUTE format('INSERT INTO %s AS t (route, key, count, expires_at)
-                    SELECT DISTINCT $1, u.key, 0, $2 FROM unnest($3) AS u(key) ORDER BY 2
-                    ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false', buckets)
-    USING p_route, v_now, p_keys;
-
-    EXECUTE format('SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
-           array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
-           array_agg(t.tat_us ORDER BY t.key),
-           array_agg(CASE WHEN t.log IS NULL THEN NULL ELSE to_jsonb(t.log) END ORDER BY t.key),
-           array_agg((SELECT pglimit_us(k.until) FROM %s k WHERE k.route = $1 AND k.key = t.key AND k.until > $2)
-                     ORDER BY t.key)
-    FROM %s t WHERE t.route = $1 AND t.key = ANY ($3)', blocks, buckets)
-    INTO k_key, k_count, k_prev, k_exp, k_tat, k_log, k_block
-    USING p_route, v_now, p_keys;
+    FOR ri IN 1..cardinality(rs) LOOP
+        r := rs[ri];
+        buckets := buckets || pglimit_local_shard('pglimit_buckets', r);
+        blocks := blocks || pglimit_local_shard('pglimit_blocks', r);
+        r_keys := ARRAY(SELECT k FROM unnest(p_keys, p_routes) AS u(k, kr) WHERE kr = r);
+        -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+        EXECUTE format('INSERT INTO %s AS t (route, key, count, expires_at)
+                        SELECT DISTINCT $1, u.key, 0, $2 FROM unnest($3) AS u(key) ORDER BY 2
+                        ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false', buckets[cardinality(buckets)])
+        USING r, v_now, r_keys;
+        EXECUTE format('SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
+               array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
+               array_agg(t.tat_us ORDER BY t.key),
+               array_agg(CASE WHEN t.log IS NULL THEN NULL ELSE to_jsonb(t.log) END ORDER BY t.key),
+               array_agg((SELECT pglimit_us(k.until) FROM %s k WHERE k.route = $1 AND k.key = t.key AND k.until > $2)
+                         ORDER BY t.key)
+        FROM %s t WHERE t.route = $1 AND t.key = ANY ($3)', blocks[cardinality(blocks)], buckets[cardinality(buckets)])
+        INTO s_key, s_count, s_prev, s_exp, s_tat, s_log, s_block
+        USING r, v_now, r_keys;
+        k_key := k_key || s_key; k_count := k_count || s_count; k_prev := k_prev || s_prev;
+        k_exp := k_exp || s_exp; k_tat := k_tat || s_tat; k_log := k_log || s_log; k_block := k_block || s_block;
+        k_route := k_route || array_fill(r, ARRAY[cardinality(s_key)]);
+    END LOOP;
     k_dirty := array_fill(false, ARRAY[cardinality(k_key)]);
     k_locked := array_fill(false, ARRAY[cardinality(k_key)]);
     k_name := array_fill(NULL::text, ARRAY[cardinality(k_key)]);
@@ -134,23 +145,23 @@ BEGIN
         b := b + 1;
     END LOOP;
 
-    EXECUTE format('UPDATE %s t SET
-        count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt,
-        log = CASE WHEN s.lg IS NULL THEN NULL ELSE pglimit_log_of(s.lg) END
-    FROM unnest($2, $3, $4, $5, $6, $7, $8) AS s(key, c, p, e, tt, lg, dirty)
-    WHERE s.dirty AND t.route = $1 AND t.key = s.key', buckets)
-    USING p_route, k_key, k_count, k_prev, k_exp, k_tat, k_log, k_dirty;
-
-    IF true = ANY (k_locked) THEN
+    FOR ri IN 1..cardinality(rs) LOOP
+        EXECUTE format('UPDATE %s t SET
+            count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt,
+            log = CASE WHEN s.lg IS NULL THEN NULL ELSE pglimit_log_of(s.lg) END
+        FROM unnest($2, $3, $4, $5, $6, $7, $8, $9) AS s(key, c, p, e, tt, lg, dirty, route)
+        WHERE s.dirty AND s.route = $1 AND t.route = $1 AND t.key = s.key', buckets[ri])
+        USING rs[ri], k_key, k_count, k_prev, k_exp, k_tat, k_log, k_dirty, k_route;
+        CONTINUE WHEN NOT true = ANY (k_locked);
         EXECUTE format('INSERT INTO %s AS k (route, key, until, kind, policy, bucket)
         SELECT $1, s.key, pglimit_ts(s.until_us), ''lockout'', split_part(s.name, ''/'', 1), split_part(s.name, ''/'', 2)
-        FROM unnest($2, $3, $4, $5) AS s(key, until_us, locked, name)
-        WHERE s.locked ORDER BY s.key
+        FROM unnest($2, $3, $4, $5, $6) AS s(key, until_us, locked, name, route)
+        WHERE s.locked AND s.route = $1 ORDER BY s.key
         ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = ''lockout'',
             policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
-        WHERE k.until < EXCLUDED.until', blocks)
-        USING p_route, k_key, k_block, k_locked, k_name;
-    END IF;
+        WHERE k.until < EXCLUDED.until', blocks[ri])
+        USING rs[ri], k_key, k_block, k_locked, k_name, k_route;
+    END LOOP;
 
     RETURN QUERY
     SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
@@ -158,13 +169,14 @@ BEGIN
 END
 $$;
 
--- Gives back what a check took on this route when its buckets on another
--- route denied it (a check across routes is all or nothing by taking on
--- each route, then refunding). `p_at` is the clock the taking call used;
+-- Gives back what a check took on this worker when its buckets on another
+-- worker denied it (a check across workers is all or nothing by taking on
+-- each, then refunding). `p_at` is the clock the taking call used;
 -- nothing is given back to a window that has ended since, so a refund
 -- never adds to a later window what that window did not take.
-CREATE OR REPLACE FUNCTION pglimit_refund_route(
+CREATE OR REPLACE FUNCTION pglimit_refund_node(
     p_route      integer,
+    p_routes     integer[],
     p_keys       bytea[],
     p_limits     bigint[],
     p_windows_ms bigint[],
@@ -174,15 +186,16 @@ CREATE OR REPLACE FUNCTION pglimit_refund_route(
 ) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     at_us bigint := pglimit_us(p_at);
-    i integer; k bytea; cost bigint; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
+    i integer; k bytea; kr integer; cost bigint; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
 BEGIN
-    -- In key order, like every lock taken here; scalars in the statements
-    -- (see pglimit_check_route).
-    FOR i IN SELECT u.o FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.key LOOP
-        k := p_keys[i]; cost := p_costs[i]; win := p_windows_ms[i] * 1000;
+    -- In (route, key) order, like every lock taken here; scalars in the
+    -- statements (Citus 13.2's router planner crashed the backend on
+    -- subscripted parameters).
+    FOR i IN SELECT u.o FROM unnest(p_routes, p_keys) WITH ORDINALITY AS u(route, key, o) ORDER BY u.route, u.key LOOP
+        k := p_keys[i]; kr := p_routes[i]; cost := p_costs[i]; win := p_windows_ms[i] * 1000;
         IF p_algos[i] = 0 THEN  -- fixed window: only the window that took it
             UPDATE pglimit_buckets SET count = greatest(count - cost, 0)
-            WHERE route = p_route AND key = k AND expires_at > p_at AND pglimit_us(expires_at) - win <= at_us;
+            WHERE route = kr AND key = k AND expires_at > p_at AND pglimit_us(expires_at) - win <= at_us;
         ELSIF p_algos[i] = 1 THEN  -- sliding window: the current window, or the previous one since
             end_us := div(at_us, win) * win + win;
             UPDATE pglimit_buckets SET
@@ -190,20 +203,20 @@ BEGIN
                                   THEN greatest(count - cost, 0) ELSE count END,
                 prev_count = CASE WHEN pglimit_us(expires_at) - win = end_us + win
                                   THEN greatest(prev_count - cost, 0) ELSE prev_count END
-            WHERE route = p_route AND key = k AND pglimit_us(expires_at) - win IN (end_us, end_us + win);
+            WHERE route = kr AND key = k AND pglimit_us(expires_at) - win IN (end_us, end_us + win);
         ELSIF p_algos[i] = 2 THEN  -- sliding log: the entries stamped at p_at
-            SELECT b.log INTO lg FROM pglimit_buckets b WHERE b.route = p_route AND b.key = k FOR UPDATE;
+            SELECT b.log INTO lg FROM pglimit_buckets b WHERE b.route = kr AND b.key = k FOR UPDATE;
             CONTINUE WHEN lg IS NULL;
             FOR n IN 1..cost LOOP
                 x := array_position(lg, at_us);
                 EXIT WHEN x IS NULL;
                 lg := lg[1:x - 1] || lg[x + 1:];
             END LOOP;
-            UPDATE pglimit_buckets SET log = lg WHERE route = p_route AND key = k;
+            UPDATE pglimit_buckets SET log = lg WHERE route = kr AND key = k;
         ELSIF p_algos[i] = 3 THEN  -- token bucket: the theoretical arrival time moves back
             step := greatest(win / greatest(p_limits[i], 1), 1) * cost;
             UPDATE pglimit_buckets SET tat_us = tat_us - step, expires_at = pglimit_ts(tat_us - step)
-            WHERE route = p_route AND key = k AND tat_us IS NOT NULL;
+            WHERE route = kr AND key = k AND tat_us IS NOT NULL;
         END IF;
     END LOOP;
 END
@@ -238,9 +251,9 @@ BEGIN
 END
 $$;
 
-SELECT create_distributed_function('pglimit_check_route(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz)',
+SELECT create_distributed_function('pglimit_check_node(integer, integer[], integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz)',
                                    'p_route', colocate_with := 'pglimit_buckets');
-SELECT create_distributed_function('pglimit_refund_route(integer, bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz)',
+SELECT create_distributed_function('pglimit_refund_node(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz)',
                                    'p_route', colocate_with := 'pglimit_buckets');
 SELECT create_distributed_function('pglimit_cleanup_route(integer, integer)', 'p_route', colocate_with := 'pglimit_buckets');
 SELECT create_distributed_function('pglimit_ping_route(integer)', 'p_route', colocate_with := 'pglimit_buckets');

@@ -2,21 +2,27 @@
 //!
 //! Every row carries a *route*, a small integer derived from its key
 //! ([`Routes::of`]); the tables are distributed by it, one route per shard.
-//! A lane groups the checks of its batch by route and sends each group as one
-//! call of `pglimit_check_route`, which Citus delegates to the worker holding
-//! that route's shard and runs there, on that shard only: no two-phase
-//! commit, no lock on another shard, so no distributed deadlock.
+//! The service knows which worker holds each route (`pg_dist_placement`).
+//! A lane groups the checks of its batch by worker and sends each group as
+//! one call of `pglimit_check_node`, which Citus delegates to that worker,
+//! where it runs on that worker's shards only: no two-phase commit, no lock
+//! on another node, so no distributed deadlock. If a shard has moved since
+//! the service last looked, the call fails before writing anything; the
+//! service reads the placements again and sends the group anew.
 //!
-//! A check whose buckets have different routes (a `login` check's three
-//! buckets usually do) is split into one part per route, decided on each
-//! shard at once; if any part is denied, the parts that were admitted give
-//! back what they took ([`refund`]). All or nothing holds, and no limit is
-//! ever exceeded: between the taking and the giving back, another check may
-//! be denied by a bucket that is only momentarily full (README, "Scaling out").
+//! A check whose buckets are on different workers (a `login` check's three
+//! buckets often are) is split into one part per worker, decided on each at
+//! once; if any part is denied, the parts that were admitted give back what
+//! they took ([`refund`]). All or nothing holds, and no limit is ever
+//! exceeded: between the taking and the giving back, another check may be
+//! denied by a bucket that is only momentarily full (README, "Scaling out").
 
 mod parts;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
@@ -45,7 +51,13 @@ const SETUP: &str = include_str!("setup.sql");
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// Gives back what one part of a denied check took; see `functions.sql`.
-const REFUND: &str = "SELECT pglimit_refund_route($1, $2, $3, $4, $5, $6, $7)";
+const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The worker (Citus group) holding each route's shard, in slot order.
+const PLACEMENTS: &str = "
+SELECT (SELECT min(p.groupid) FROM pg_dist_placement p
+        WHERE p.shardid = get_shard_id_for_distribution_column('pglimit_buckets', r.route))
+FROM pglimit_routes r ORDER BY r.slot";
 
 /// Serialises the set-up between instances starting together.
 const SETUP_LOCK: i64 = 0x7067_6c69_6d69_7401;
@@ -57,6 +69,9 @@ const SETUP_LOCK: i64 = 0x7067_6c69_6d69_7401;
 #[derive(Debug)]
 pub(super) struct Routes {
     routes: Vec<i32>,
+    /// The worker of each slot's route, as last read; may be stale after a
+    /// shard move, which a call then reports.
+    workers: ArcSwap<Vec<i32>>,
 }
 
 impl Routes {
@@ -64,14 +79,31 @@ impl Routes {
         self.routes[self.slot(key)]
     }
 
-    /// The slot of `key`, from 0 to the number of routes: lanes are chosen by it.
-    pub fn slot(&self, key: &Key) -> usize {
+    /// The worker (Citus group id) that held `key`'s shard when last read.
+    pub fn worker(&self, key: &Key) -> i32 {
+        self.workers.load().get(self.slot(key)).copied().unwrap_or(0)
+    }
+
+    fn slot(&self, key: &Key) -> usize {
         usize::from(u16::from_be_bytes([key[0], key[1]])) % self.routes.len()
     }
 
     pub fn all(&self) -> &[i32] {
         &self.routes
     }
+
+    /// Reads again which worker holds each route.
+    pub async fn refresh(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let rows: Vec<(Option<i32>,)> = sqlx::query_as(PLACEMENTS).fetch_all(conn).await?;
+        self.workers.store(Arc::new(rows.into_iter().map(|(g,)| g.unwrap_or(0)).collect()));
+        Ok(())
+    }
+}
+
+/// Whether a call failed because a shard it expected had moved away.
+fn moved(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001")
+        && db.message().starts_with("pglimit: shard"))
 }
 
 /// Whether to use Citus mode, per `wanted` and the database; in Citus mode,
@@ -108,32 +140,43 @@ pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Opti
     sqlx::raw_sql(FUNCTIONS).execute(&mut *tx).await?;
     tx.commit().await?;
     let routes: Vec<(i32,)> =
-        sqlx::query_as("SELECT route FROM pglimit_routes ORDER BY slot").fetch_all(conn).await?;
+        sqlx::query_as("SELECT route FROM pglimit_routes ORDER BY slot").fetch_all(&mut *conn).await?;
     if routes.is_empty() {
         return Err(sqlx::Error::Protocol("pglimit_routes is empty".into()));
     }
-    tracing::info!(routes = routes.len(), "Citus mode: each check is decided on the shard of its keys");
-    Ok(Some(Routes { routes: routes.into_iter().map(|(r,)| r).collect() }))
+    let routes = Routes { routes: routes.into_iter().map(|(r,)| r).collect(), workers: ArcSwap::default() };
+    routes.refresh(conn).await?;
+    tracing::info!(
+        routes = routes.routes.len(),
+        "Citus mode: each check is decided on the workers of its keys"
+    );
+    Ok(Some(routes))
 }
 
-/// Decides `batches` (each on a single route) with one call per route, and
-/// returns one answer per batch, in order.
+/// Decides `batches` (each on a single worker, as last read) with one call
+/// per worker, and returns one answer per batch, in order.
 pub(super) async fn decide(
     conn: &mut PgConnection,
     routes: &Routes,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    for (i, batch) in batches.iter().enumerate() {
-        let route = batch.buckets.first().map_or(routes.all()[0], |b| routes.of(&b.key));
-        by_route.entry(route).or_default().push(i);
-    }
     let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
-    for (route, members) in by_route {
-        let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-        let decided = statements::decide_on_route(conn, route, &group, now).await?;
-        for (i, answer) in members.into_iter().zip(decided) {
+    for members in by_worker(routes, batches, 0..batches.len()) {
+        let decided = match decide_on_worker(conn, routes, batches, &members, now).await {
+            Err(e) if moved(&e) => {
+                // Nothing was written: read the placements and send anew.
+                routes.refresh(conn).await?;
+                let mut again = Vec::new();
+                for members in by_worker(routes, batches, members.iter().copied()) {
+                    let decided = decide_on_worker(conn, routes, batches, &members, now).await?;
+                    again.extend(members.into_iter().zip(decided));
+                }
+                again
+            }
+            decided => members.into_iter().zip(decided?).collect(),
+        };
+        for (i, answer) in decided {
             answers[i] = Some(answer);
         }
     }
@@ -143,17 +186,48 @@ pub(super) async fn decide(
         .collect()
 }
 
-/// Gives back, on `route`, what `batch` took at `at`.
+/// The batches among `members` grouped by the worker of their first bucket.
+fn by_worker(
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: impl Iterator<Item = usize>,
+) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for i in members {
+        let worker = batches[i].buckets.first().map_or(0, |b| routes.worker(&b.key));
+        groups.entry(worker).or_default().push(i);
+    }
+    groups.into_values().collect()
+}
+
+async fn decide_on_worker(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: &[usize],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+    let bucket_routes: Vec<i32> =
+        group.iter().flat_map(|b| b.buckets.iter().map(|bucket| routes.of(&bucket.key))).collect();
+    let route = bucket_routes.first().copied().unwrap_or(routes.routes[0]);
+    statements::decide_on_node(conn, route, &bucket_routes, &group, now).await
+}
+
+/// Gives back, on the worker of `batch`'s buckets, what it took at `at`.
 pub(super) async fn refund(
     conn: &mut PgConnection,
-    route: i32,
+    routes: &Routes,
     batch: &CheckBatch,
     at: DateTime<Utc>,
 ) -> Result<(), sqlx::Error> {
+    let bucket_routes: Vec<i32> = batch.buckets.iter().map(|b| routes.of(&b.key)).collect();
+    let Some(&route) = bucket_routes.first() else { return Ok(()) };
     let column =
         |f: fn(&crate::storage::BucketSpec) -> i64| batch.buckets.iter().map(f).collect::<Vec<i64>>();
     sqlx::query(REFUND)
         .bind(route)
+        .bind(&bucket_routes)
         .bind(batch.buckets.iter().map(|b| b.key.as_slice()).collect::<Vec<_>>())
         .bind(column(|b| i64::try_from(b.limit).unwrap_or(i64::MAX)))
         .bind(column(|b| i64::try_from(b.window.as_millis()).unwrap_or(i64::MAX)))

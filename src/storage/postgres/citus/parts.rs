@@ -1,39 +1,38 @@
-//! A check across routes: split into one part per route, and the parts'
+//! A check across workers: split into one part per worker, and the parts'
 //! answers merged back into one.
 
 use super::Routes;
 use crate::storage::{Answer, CheckBatch, StoreKind};
 
-/// The buckets of one check that share a route, decided together on its shard.
+/// The buckets of one check whose shards are on one worker, decided together.
 pub(in crate::storage::postgres) struct Part {
-    /// Chooses the lane (the same for every check on this route).
-    pub slot: usize,
-    pub route: i32,
+    /// The worker (Citus group id) as last read; chooses the lane.
+    pub worker: i32,
     pub batch: CheckBatch,
     /// Where each of `batch`'s buckets is in the whole check.
     pub positions: Vec<usize>,
 }
 
-/// Splits `batch` by route, keeping the buckets' order within each part.
-/// A check with one route (or none) is one part.
+/// Splits `batch` by worker, keeping the buckets' order within each part.
+/// A check on one worker (or with no bucket) is one part.
 pub(in crate::storage::postgres) fn split(routes: &Routes, batch: &CheckBatch) -> Vec<Part> {
     let mut parts: Vec<Part> = Vec::new();
     for (position, bucket) in batch.buckets.iter().enumerate() {
-        let route = routes.of(&bucket.key);
-        let part = match parts.iter_mut().find(|p| p.route == route) {
-            Some(part) => part,
+        let worker = routes.worker(&bucket.key);
+        let part = match parts.iter().position(|p| p.worker == worker) {
+            Some(i) => &mut parts[i],
             None => {
                 let empty = CheckBatch { buckets: Vec::new(), ..batch.clone() };
-                let slot = routes.slot(&bucket.key);
-                parts.push(Part { slot, route, batch: empty, positions: Vec::new() });
-                parts.last_mut().expect("just pushed")
+                parts.push(Part { worker, batch: empty, positions: Vec::new() });
+                let last = parts.len() - 1;
+                &mut parts[last]
             }
         };
         part.batch.buckets.push(bucket.clone());
         part.positions.push(position);
     }
     if parts.is_empty() {
-        parts.push(Part { slot: 0, route: routes.all()[0], batch: batch.clone(), positions: Vec::new() });
+        parts.push(Part { worker: 0, batch: batch.clone(), positions: Vec::new() });
     }
     parts
 }
@@ -64,17 +63,25 @@ pub(in crate::storage::postgres) fn merge(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
+
+    use arc_swap::ArcSwap;
 
     use super::*;
     use crate::algorithm::Algorithm;
     use crate::storage::{BucketAnswer, BucketSpec, MemoryFallback};
 
-    fn bucket(first: u8) -> BucketSpec {
+    /// Two slots: route 10 on worker 1, route 20 on worker 2.
+    fn routes() -> Routes {
+        Routes { routes: vec![10, 20], workers: ArcSwap::new(Arc::new(vec![1, 2])) }
+    }
+
+    fn bucket(second_byte: u8) -> BucketSpec {
         let mut key = [0; 32];
-        key[1] = first;
+        key[1] = second_byte;
         BucketSpec {
-            name: format!("b{first}").into(),
+            name: format!("b{second_byte}").into(),
             key,
             limit: 5,
             window: Duration::from_secs(60),
@@ -83,8 +90,8 @@ mod tests {
         }
     }
 
-    fn check(firsts: &[u8]) -> CheckBatch {
-        let buckets = firsts.iter().map(|&f| bucket(f)).collect();
+    fn check(seconds: &[u8]) -> CheckBatch {
+        let buckets = seconds.iter().map(|&f| bucket(f)).collect();
         CheckBatch { buckets, cost: 2, fallback: MemoryFallback::Refuse }
     }
 
@@ -95,20 +102,18 @@ mod tests {
     }
 
     #[test]
-    fn buckets_on_one_route_stay_one_part_in_their_order() {
-        let routes = Routes { routes: vec![10, 20] };
-        let parts = split(&routes, &check(&[0, 2, 4]));
+    fn buckets_on_one_worker_stay_one_part_in_their_order() {
+        let parts = split(&routes(), &check(&[0, 2, 4]));
         assert_eq!(parts.len(), 1);
-        assert_eq!(parts[0].route, 10);
+        assert_eq!(parts[0].worker, 1);
         assert_eq!(parts[0].positions, vec![0, 1, 2]);
     }
 
     #[test]
-    fn buckets_on_two_routes_become_two_parts_merged_back_in_place() {
-        let routes = Routes { routes: vec![10, 20] };
+    fn buckets_on_two_workers_become_two_parts_merged_back_in_place() {
         let batch = check(&[0, 1, 2]);
-        let parts = split(&routes, &batch);
-        assert_eq!((parts[0].route, parts[1].route), (10, 20));
+        let parts = split(&routes(), &batch);
+        assert_eq!((parts[0].worker, parts[1].worker), (1, 2));
         assert_eq!((parts[0].positions.clone(), parts[1].positions.clone()), (vec![0, 2], vec![1]));
         let merged = merge(&batch, &parts, vec![answer(2, 1), answer(1, 3)], &[true, false]);
         let remaining: Vec<u64> = merged.buckets.iter().map(|b| b.remaining).collect();
