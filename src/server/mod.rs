@@ -3,6 +3,7 @@
 mod admin;
 mod auth;
 mod check;
+mod forward_auth;
 mod headers;
 mod layers;
 mod metrics;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::Uri;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -71,6 +72,7 @@ pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .route("/check", post(check::check))
         .route("/reset", post(check::reset))
+        .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
