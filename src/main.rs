@@ -12,6 +12,21 @@ async fn main() -> ExitCode {
         Run::Serve(vars) => serve(&vars).await,
         Run::Migrate { url, vars } => migrate(&url, &vars).await,
         Run::CheckPolicies(file) => cli::check_policies(&file),
+        Run::Healthcheck(bind) => healthcheck(&bind).await,
+    }
+}
+
+async fn healthcheck(bind: &str) -> ExitCode {
+    let Ok(addr) = bind.trim().parse() else {
+        eprintln!("pglimit: healthcheck: PGLIMIT_BIND: {bind:?} is not an address like 127.0.0.1:8080");
+        return ExitCode::FAILURE;
+    };
+    match pglimit::probe::healthz(addr, std::time::Duration::from_secs(3)).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pglimit: healthcheck: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
