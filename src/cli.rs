@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// only a loopback address is accepted.
     #[arg(long, env = "PGLIMIT_BIND")]
     pub bind: Option<String>,
+    /// Address of Envoy's rate limit service (gRPC) [default: not served].
+    /// Without API tokens, only a loopback address is accepted.
+    #[arg(long, env = "PGLIMIT_GRPC_BIND")]
+    pub grpc_bind: Option<String>,
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// HMAC key for stored keys, at least 32 bytes, the same on every instance;

@@ -77,7 +77,28 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    pglimit::serve(listener, service.state, shutdown_signal()).await?;
+    let grpc = match config.grpc_bind {
+        Some(bind) => Some(tokio::net::TcpListener::bind(bind).await?),
+        None => None,
+    };
+    // One signal stops both servers; each then finishes its requests in flight.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let http = pglimit::serve(listener, service.state.clone(), when_stopped(stopped.clone()));
+    match grpc {
+        Some(grpc) => {
+            tracing::info!(addr = %grpc.local_addr()?, "listening for gRPC (Envoy's rate limit service)");
+            let grpc = pglimit::server::serve_grpc(grpc, service.state, when_stopped(stopped));
+            tokio::try_join!(http, grpc)?;
+        }
+        None => http.await?,
+    }
     if let Some(cluster) = service.cluster {
         tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast)).await??;
         tracing::info!("stopped the private PostgreSQL");

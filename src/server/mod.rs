@@ -3,7 +3,9 @@
 mod admin;
 mod auth;
 mod check;
+mod envoy;
 mod forward_auth;
+mod grpc;
 mod headers;
 mod layers;
 mod metrics;
@@ -21,6 +23,7 @@ use tokio::net::TcpListener;
 
 pub use auth::Auth;
 pub use check::parse as parse_check_body;
+pub use grpc::serve_grpc;
 pub use headers::rate_limit_headers;
 pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
