@@ -11,6 +11,7 @@
 #   as_root CMD...                CMD as root: directly when root, else with sudo
 #   apt_install PACKAGE...        apt-get install (update first, once per script)
 #   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
+#   need_nginx                    installs Debian's nginx when missing (tests/proxy.rs runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
 #   make_workdir PREFIX           a temporary directory that `postgres` may enter, in $WORK
@@ -55,6 +56,13 @@ need_command() {
     command -v "$1" >/dev/null 2>&1 && return 0
     apt_install "${2:-$1}"
     command -v "$1" >/dev/null 2>&1 || die "$1 still not found after installing ${2:-$1}"
+}
+
+# nginx is in /usr/sbin, which a non-root PATH may lack; the test looks there too.
+need_nginx() {
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] && return 0
+    apt_install nginx
+    [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || die "nginx still not found after installing it"
 }
 
 # Run from the repository's root (every script cds there first).

@@ -30,7 +30,7 @@ pub enum StartError {
     #[error("cannot catch SIGHUP: {0}")]
     Signal(std::io::Error),
     #[error(
-        "refusing to listen on {0} without PGLIMIT_API_TOKENS: /check would be open to the network. \
+        "refusing to listen on {0} without PGLIMIT_API_TOKENS: checks would be open to the network. \
          Set PGLIMIT_API_TOKENS, or bind to a loopback address"
     )]
     OpenOnNetwork(std::net::SocketAddr),
@@ -57,8 +57,9 @@ impl Drop for Background {
 
 impl Service {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
-        if config.api_tokens.is_empty() && !config.bind.ip().is_loopback() {
-            return Err(StartError::OpenOnNetwork(config.bind));
+        let binds = std::iter::once(config.bind).chain(config.grpc_bind);
+        if let Some(open) = binds.filter(|b| !b.ip().is_loopback()).find(|_| config.api_tokens.is_empty()) {
+            return Err(StartError::OpenOnNetwork(open));
         }
         let hangup = crate::reload::catch_hangup().map_err(StartError::Signal)?;
         let policies = match &config.policies {

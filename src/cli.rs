@@ -43,6 +43,14 @@ pub enum Command {
     },
     /// Apply the migrations to DATABASE_URL and exit (for deploy pipelines).
     Migrate(MigrateArgs),
+    /// Exit 0 if the service on PGLIMIT_BIND answers GET /healthz with 200,
+    /// else 1 (a container's HEALTHCHECK: the image has no curl).
+    Healthcheck {
+        /// The service's listen address; a wildcard one is probed on loopback
+        /// [default: 127.0.0.1:8080].
+        #[arg(long, env = "PGLIMIT_BIND")]
+        bind: Option<String>,
+    },
 }
 
 /// The flags of `serve`, one per variable, in the order of `.env.example`
@@ -54,6 +62,10 @@ pub struct ServeArgs {
     /// only a loopback address is accepted.
     #[arg(long, env = "PGLIMIT_BIND")]
     pub bind: Option<String>,
+    /// Address of Envoy's rate limit service (gRPC) [default: not served].
+    /// Without API tokens, only a loopback address is accepted.
+    #[arg(long, env = "PGLIMIT_GRPC_BIND")]
+    pub grpc_bind: Option<String>,
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// HMAC key for stored keys, at least 32 bytes, the same on every instance;
@@ -156,6 +168,8 @@ pub enum Run {
         vars: Vars,
     },
     CheckPolicies(PathBuf),
+    /// The address to probe, as given (parsed by the caller).
+    Healthcheck(String),
 }
 
 /// Parses the process's arguments and environment; on `--help`, `--version`
@@ -171,6 +185,9 @@ pub fn parse_from(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -
     Ok(match cli.command {
         None | Some(Command::Serve(_)) => Run::Serve(Vars::of::<ServeArgs>(sub)),
         Some(Command::CheckPolicies { file }) => Run::CheckPolicies(file),
+        Some(Command::Healthcheck { bind }) => {
+            Run::Healthcheck(bind.filter(|b| !b.is_empty()).unwrap_or_else(|| "127.0.0.1:8080".into()))
+        }
         Some(Command::Migrate(_)) => {
             let vars = Vars::of::<MigrateArgs>(sub);
             let url = vars.get(DATABASE_URL).ok_or_else(missing_database)?;

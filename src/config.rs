@@ -14,6 +14,8 @@ use crate::storage::Citus;
 #[derive(Clone)]
 pub struct Config {
     pub bind: SocketAddr,
+    /// Where Envoy's rate limit service (gRPC) listens; `None`: not served.
+    pub grpc_bind: Option<SocketAddr>,
     pub database: Database,
     pub policies: Option<PathBuf>,
     pub api_tokens: Vec<String>,
@@ -102,6 +104,10 @@ impl Config {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         Self {
             bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
+            grpc_bind: match get("PGLIMIT_GRPC_BIND") {
+                None => None,
+                Some(_) => Some(parse(&get, "PGLIMIT_GRPC_BIND", "", "an address like 127.0.0.1:8081")?),
+            },
             database: database(&get)?,
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
             api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
@@ -282,6 +288,7 @@ mod tests {
         assert_eq!(c.db_timeout, Duration::from_millis(250));
         assert_eq!(c.cleanup_rate, 0.01);
         assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
+        assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
     }
 
     #[test]
@@ -296,6 +303,7 @@ mod tests {
     fn bad_values_name_their_variable() {
         for (var, value) in [
             ("PGLIMIT_BIND", "nope"),
+            ("PGLIMIT_GRPC_BIND", "8081"),
             ("PGLIMIT_CLEANUP_RATE", "2"),
             ("PGLIMIT_DB_TIMEOUT_MS", "x"),
             ("PGLIMIT_LOG_FORMAT", "xml"),

@@ -18,6 +18,12 @@ pub enum Error {
     InvalidField { field: String, detail: String },
     #[error("no policy named {0:?} is configured")]
     UnknownPolicy(String),
+    /// A forward-auth request's header is missing or malformed.
+    #[error("{detail}")]
+    InvalidHeader { header: String, detail: String },
+    /// `/auth/{policy}` names no policy, or one without a `forward_auth` table.
+    #[error("{0}")]
+    NoForwardAuth(String),
     #[error("the request body is larger than {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("{0}")]
@@ -41,10 +47,16 @@ impl Error {
         Self::InvalidField { field: field.into(), detail: detail.into() }
     }
 
+    /// A problem with the request header `header`, which the detail names.
+    pub fn header(header: &str, detail: impl std::fmt::Display) -> Self {
+        Self::InvalidHeader { header: header.to_owned(), detail: format!("{header}: {detail}") }
+    }
+
     fn status(&self) -> StatusCode {
         match self {
             Self::MalformedJson(_) | Self::InvalidField { .. } => StatusCode::BAD_REQUEST,
-            Self::UnknownPolicy(_) => StatusCode::BAD_REQUEST,
+            Self::UnknownPolicy(_) | Self::InvalidHeader { .. } => StatusCode::BAD_REQUEST,
+            Self::NoForwardAuth(_) => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -62,6 +74,8 @@ impl Error {
             Self::MalformedJson(_) => "malformed-json",
             Self::InvalidField { .. } => "invalid-field",
             Self::UnknownPolicy(_) => "unknown-policy",
+            Self::InvalidHeader { .. } => "invalid-header",
+            Self::NoForwardAuth(_) => "not-found",
             Self::BodyTooLarge { .. } => "body-too-large",
             Self::Unauthorized(_) => "unauthorized",
             Self::StoreUnavailable => "store-unavailable",
@@ -116,6 +130,7 @@ impl IntoResponse for Error {
         match &self {
             Self::InvalidField { field, .. } => body["field"] = json!(field),
             Self::UnknownPolicy(_) => body["field"] = json!("policy"),
+            Self::InvalidHeader { header, .. } => body["header"] = json!(header),
             _ => {}
         }
         let mut response = (status, body.to_string()).into_response();

@@ -35,9 +35,10 @@
 //!   in whole.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
 //! - [`config`], [`app`]: environment variables, and a service assembled from them.
-//! - [`cli`]: the command line (`serve`, `check-policies`, `migrate`); every
+//! - [`cli`]: the command line (`serve`, `check-policies`, `migrate`, `healthcheck`); every
 //!   variable is also a flag, validated by [`config`].
 //! - [`pg_cluster`]: a private PostgreSQL for zero-config runs and tests.
+//! - [`probe`]: `pglimit healthcheck`, a container's health probe.
 //!
 //! The design, with a check's path drawn out, is in `docs/design.md`.
 
@@ -49,6 +50,7 @@ pub mod error;
 pub mod limiter;
 pub mod pg_cluster;
 pub mod policy;
+pub mod probe;
 pub mod reload;
 pub mod server;
 pub mod storage;

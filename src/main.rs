@@ -12,6 +12,21 @@ async fn main() -> ExitCode {
         Run::Serve(vars) => serve(&vars).await,
         Run::Migrate { url, vars } => migrate(&url, &vars).await,
         Run::CheckPolicies(file) => cli::check_policies(&file),
+        Run::Healthcheck(bind) => healthcheck(&bind).await,
+    }
+}
+
+async fn healthcheck(bind: &str) -> ExitCode {
+    let Ok(addr) = bind.trim().parse() else {
+        eprintln!("pglimit: healthcheck: PGLIMIT_BIND: {bind:?} is not an address like 127.0.0.1:8080");
+        return ExitCode::FAILURE;
+    };
+    match pglimit::probe::healthz(addr, std::time::Duration::from_secs(3)).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pglimit: healthcheck: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -62,7 +77,28 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    pglimit::serve(listener, service.state, shutdown_signal()).await?;
+    let grpc = match config.grpc_bind {
+        Some(bind) => Some(tokio::net::TcpListener::bind(bind).await?),
+        None => None,
+    };
+    // One signal stops both servers; each then finishes its requests in flight.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let http = pglimit::serve(listener, service.state.clone(), when_stopped(stopped.clone()));
+    match grpc {
+        Some(grpc) => {
+            tracing::info!(addr = %grpc.local_addr()?, "listening for gRPC (Envoy's rate limit service)");
+            let grpc = pglimit::server::serve_grpc(grpc, service.state, when_stopped(stopped));
+            tokio::try_join!(http, grpc)?;
+        }
+        None => http.await?,
+    }
     if let Some(cluster) = service.cluster {
         tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast)).await??;
         tracing::info!("stopped the private PostgreSQL");

@@ -205,7 +205,29 @@ fn serve_help_documents_every_variable_of_env_example_and_hides_secret_values() 
 fn help_lists_the_subcommands() {
     let out = output_of(&["--help"], &[]);
     assert_eq!(out.status.code(), Some(0));
-    for subcommand in ["serve", "check-policies", "migrate"] {
+    for subcommand in ["serve", "check-policies", "migrate", "healthcheck"] {
         assert!(stdout(&out).contains(subcommand), "{}", stdout(&out));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_exits_0_while_the_service_answers_and_1_once_it_is_gone() {
+    let cluster = throwaway_cluster().await;
+    let dir = temp_dir("healthcheck");
+    let url = cluster.url();
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let service = start(&envs, &dir);
+    // The container's HEALTHCHECK runs it with the service's own PGLIMIT_BIND.
+    let probe = [("PGLIMIT_BIND", service.addr.as_str())];
+    let out = output_of(&["healthcheck"], &probe);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let addr = service.addr.clone();
+    service.terminate();
+    let out = output_of(&["healthcheck", "--bind", &addr], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with(&format!("pglimit: healthcheck: http://{addr}/healthz")),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -7,6 +7,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::forward_auth::{self, RawForwardAuth};
 use super::overrides_file::{validate_overrides, RawOverride};
 use super::{
     is_valid_name, parse_block_for, parse_window, BucketDef, FallbackShare, IdentifierKind, Mode,
@@ -48,6 +49,8 @@ struct RawPolicy {
     mode: Mode,
     #[serde(default)]
     overrides: Vec<Spanned<RawOverride>>,
+    #[serde(default)]
+    forward_auth: Option<RawForwardAuth>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +115,9 @@ impl RawPolicy {
         }
         let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers)?;
         let overrides = validate_overrides(self.overrides, &self.identifiers, &buckets)?;
+        let forward_auth = (self.forward_auth.as_ref())
+            .map(|raw| forward_auth::validate(raw, &self.identifiers).map_err(|m| m.within("forward_auth")))
+            .transpose()?;
         Ok(Policy {
             name: name.get_ref().as_str().into(),
             identifiers: self.identifiers,
@@ -120,6 +126,7 @@ impl RawPolicy {
             fallback_share: self.fallback_share,
             mode: self.mode,
             overrides,
+            forward_auth,
         })
     }
 }

@@ -11,6 +11,9 @@
 mod cidr;
 mod duration;
 mod file;
+mod forward_auth;
+#[cfg(test)]
+mod forward_auth_tests;
 mod identifier;
 mod overrides;
 mod overrides_file;
@@ -26,6 +29,7 @@ use std::time::Duration;
 
 pub use cidr::{Cidr, MAX_V6_PREFIX};
 pub use duration::{format_window, parse_block_for, parse_window, MAX_WINDOW, MIN_WINDOW};
+pub use forward_auth::{ForwardAuth, HeaderSource, MAX_TRUSTED_HOPS};
 pub use identifier::{IdentifierKind, MAX_VALUE_LEN};
 pub use overrides::{Override, OverrideAction, Pattern};
 
@@ -44,6 +48,9 @@ pub struct Policy {
     /// In file order: the first whose `when` matches applies
     /// ([`Policy::override_for`]).
     pub overrides: Vec<Override>,
+    /// How `/auth/NAME` reads the identifiers from a proxy's request;
+    /// `None`: the policy is not offered there.
+    pub forward_auth: Option<ForwardAuth>,
 }
 
 #[derive(Debug, Clone)]

@@ -24,14 +24,20 @@ pub async fn check(
 ) -> Result<Response, Error> {
     state.auth.verify(&headers)?;
     let request = parse(&body_bytes(body)?)?;
-    let decision = state.limiter.check(&request).await;
+    Ok(respond(decide(&state, &request).await?))
+}
+
+/// Decides `request` and notes the outcome on the request's span: the one
+/// path of `/check` and `/auth/{policy}`.
+pub async fn decide(state: &AppState, request: &CheckRequest) -> Result<Decision, CheckError> {
+    let decision = state.limiter.check(request).await;
     // An invalid request's policy name is the caller's text, not configuration: left out.
     match &decision {
         Ok(decision) => layers::record_outcome(request.policy_label(), decision.outcome()),
         Err(CheckError::StoreUnavailable) => layers::record_outcome(request.policy_label(), "error"),
         Err(CheckError::Invalid(_)) => {}
     }
-    Ok(respond(decision?))
+    decision
 }
 
 /// `POST /reset`: the check's buckets (or those named) back to full, then
@@ -56,7 +62,13 @@ pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Error> {
 }
 
 pub fn respond(decision: Decision) -> Response {
-    let status = if decision.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+    respond_as(decision, StatusCode::TOO_MANY_REQUESTS)
+}
+
+/// 200 when allowed, `denied` when not, with the RateLimit headers and the
+/// decision as the body.
+pub fn respond_as(decision: Decision, denied: StatusCode) -> Response {
+    let status = if decision.allowed { StatusCode::OK } else { denied };
     (status, rate_limit_headers(&decision), Json(decision)).into_response()
 }
 

@@ -3,6 +3,9 @@
 mod admin;
 mod auth;
 mod check;
+mod envoy;
+mod forward_auth;
+mod grpc;
 mod headers;
 mod layers;
 mod metrics;
@@ -13,13 +16,14 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::Uri;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 pub use auth::Auth;
 pub use check::parse as parse_check_body;
+pub use grpc::serve_grpc;
 pub use headers::rate_limit_headers;
 pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
@@ -71,6 +75,7 @@ pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .route("/check", post(check::check))
         .route("/reset", post(check::reset))
+        .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -11,6 +11,7 @@ mod algorithms;
 mod cleanup;
 mod concurrency;
 mod errors;
+mod forward_auth;
 mod openapi;
 mod operate;
 mod overrides;

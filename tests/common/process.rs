@@ -121,9 +121,14 @@ pub fn start(envs: &[(&str, &str)], dir: &Path) -> Running {
 
 /// The address from the "listening" log line.
 pub fn wait_for_listening(log: &Path) -> String {
+    wait_for_address(log, "listening")
+}
+
+/// The address of the log line whose message is `message`, once written.
+pub fn wait_for_address(log: &Path, message: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let listening = log_lines(log).into_iter().find(|l| l["fields"]["message"] == "listening");
+        let listening = log_lines(log).into_iter().find(|l| l["fields"]["message"] == message);
         if let Some(line) = listening {
             return line["fields"]["addr"].as_str().expect("addr").to_owned();
         }

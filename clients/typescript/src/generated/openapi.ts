@@ -41,6 +41,152 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/{policy}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Decide a proxy's request for a policy, identifiers from headers
+         * @description Forward-auth for proxies (nginx auth_request, Traefik forwardAuth); any method is accepted, as proxies forward the original one. The identifiers are read from request headers as the policy's [policies.NAME.forward_auth] table says (X-Forwarded-For by trusted hops from the right), the cost from its cost_header (default 1). Decided exactly as a /check of that policy, with the same headers and body. A header that is missing, given twice or malformed is a 400 problem whose `header` names it; a policy that does not exist or has no forward_auth table is a 404.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description A policy with a forward_auth table */
+                    policy: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Allowed */
+                200: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                /** @description Denied (nothing was consumed), for a policy whose forward_auth.deny_status is 403 (nginx auth_request passes on only 401 and 403) */
+                403: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        /** @description Whole seconds until a check of the same cost could pass, at least 1; absent for a deny-listed check, which has no end */
+                        "Retry-After"?: number;
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                404: components["responses"]["Problem"];
+                /** @description Denied (nothing was consumed); the policy's forward_auth.deny_status is 429, the default */
+                429: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        /** @description Whole seconds until a check of the same cost could pass, at least 1; absent for a deny-listed check, which has no end */
+                        "Retry-After"?: number;
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                500: components["responses"]["Problem"];
+                503: components["responses"]["Problem"];
+            };
+        };
+        put?: never;
+        /**
+         * The same as GET (any method is accepted)
+         * @description Forward-auth for proxies (nginx auth_request, Traefik forwardAuth); any method is accepted, as proxies forward the original one. The identifiers are read from request headers as the policy's [policies.NAME.forward_auth] table says (X-Forwarded-For by trusted hops from the right), the cost from its cost_header (default 1). Decided exactly as a /check of that policy, with the same headers and body. A header that is missing, given twice or malformed is a 400 problem whose `header` names it; a policy that does not exist or has no forward_auth table is a 404.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description A policy with a forward_auth table */
+                    policy: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Allowed */
+                200: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                400: components["responses"]["Problem"];
+                401: components["responses"]["Problem"];
+                /** @description Denied (nothing was consumed), for a policy whose forward_auth.deny_status is 403 (nginx auth_request passes on only 401 and 403) */
+                403: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        /** @description Whole seconds until a check of the same cost could pass, at least 1; absent for a deny-listed check, which has no end */
+                        "Retry-After"?: number;
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                404: components["responses"]["Problem"];
+                /** @description Denied (nothing was consumed); the policy's forward_auth.deny_status is 429, the default */
+                429: {
+                    headers: {
+                        "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                        RateLimit: components["headers"]["RateLimit"];
+                        "Cache-Control": components["headers"]["CacheControl"];
+                        /** @description Whole seconds until a check of the same cost could pass, at least 1; absent for a deny-listed check, which has no end */
+                        "Retry-After"?: number;
+                        "X-Request-Id": components["headers"]["XRequestId"];
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Decision"];
+                    };
+                };
+                500: components["responses"]["Problem"];
+                503: components["responses"]["Problem"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/blocks": {
         parameters: {
             query?: never;
@@ -216,6 +362,8 @@ export interface components {
             detail: string;
             /** @description The request field at fault, when there is one */
             field?: string;
+            /** @description The request header at fault (/auth/{policy}), when there is one */
+            header?: string;
         };
         /** @description The body of a /check (either form), plus optionally which of its buckets to reset (default: all of them). */
         ResetRequest: {

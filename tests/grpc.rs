@@ -1,0 +1,168 @@
+//! Envoy's rate limit service (gRPC) of the real binary on a real
+//! PostgreSQL, asked by a client generated from the same protos Envoy uses.
+
+mod common;
+
+use std::path::Path;
+
+use common::process::{start, temp_dir, wait_for_address, Running};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+/// The built-in login policy: email_ip 5 a minute, ip 20 a minute, email 50 per 15 minutes.
+async fn service(extra: &[(&str, &str)], dir: &Path) -> (Running, String) {
+    let url = common::fresh_database().await;
+    let mut envs = vec![
+        ("DATABASE_URL", url.as_str()),
+        ("PGLIMIT_KEY_SECRET", common::SECRET),
+        ("PGLIMIT_GRPC_BIND", "127.0.0.1:0"),
+    ];
+    envs.extend_from_slice(extra);
+    let running = start(&envs, dir);
+    let grpc = wait_for_address(&running.log, "listening for gRPC (Envoy's rate limit service)");
+    (running, grpc)
+}
+
+async fn client(addr: &str) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{addr}")).await.expect("connect to the gRPC service")
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    let entries = entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect();
+    RateLimitDescriptor { entries, ..Default::default() }
+}
+
+/// What Envoy sends for a login: one descriptor per bucket of the policy.
+fn login(email: &str, ip: &str) -> RateLimitRequest {
+    let descriptors = vec![
+        descriptor(&[("email", email), ("ip", ip)]),
+        descriptor(&[("ip", ip)]),
+        descriptor(&[("email", email)]),
+    ];
+    RateLimitRequest { domain: "login".into(), descriptors, hits_addend: 0 }
+}
+
+async fn ask(client: &mut RateLimitServiceClient<Channel>, request: RateLimitRequest) -> RateLimitResponse {
+    client.should_rate_limit(request).await.expect("an answer").into_inner()
+}
+
+fn figures(status: &DescriptorStatus) -> (Code, u32, Unit, u32) {
+    let limit = status.current_limit.clone().expect("current_limit");
+    (status.code(), limit.requests_per_unit, limit.unit(), status.limit_remaining)
+}
+
+fn header<'r>(response: &'r RateLimitResponse, name: &str) -> Option<&'r str> {
+    response.response_headers_to_add.iter().find(|h| h.key == name).map(|h| h.value.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_requests_are_ok_then_over_limit_with_one_status_per_descriptor() {
+    let dir = temp_dir("grpc-figures");
+    let (service, addr) = service(&[], &dir).await;
+    let mut client = client(&addr).await;
+    for n in 1..=5u32 {
+        let response = ask(&mut client, login("alice@example.com", "203.0.113.7")).await;
+        assert_eq!(response.overall_code(), Code::Ok, "request {n}");
+        let statuses: Vec<_> = response.statuses.iter().map(figures).collect();
+        assert_eq!(
+            statuses,
+            [
+                (Code::Ok, 5, Unit::Minute, 5 - n),
+                (Code::Ok, 20, Unit::Minute, 20 - n),
+                (Code::Ok, 3, Unit::Minute, 50 - n) // 50 per 15 minutes, never overstated
+            ],
+            "request {n}"
+        );
+        let reset = response.statuses[0].duration_until_reset.expect("duration_until_reset");
+        assert!((0..=60).contains(&reset.seconds), "{reset:?}");
+        assert_eq!(header(&response, "retry-after"), None);
+    }
+    let response = ask(&mut client, login("Alice@Example.com", "203.0.113.7")).await;
+    assert_eq!(response.overall_code(), Code::OverLimit);
+    let statuses: Vec<_> = response.statuses.iter().map(figures).collect();
+    assert_eq!(
+        statuses,
+        [
+            (Code::OverLimit, 5, Unit::Minute, 0),
+            (Code::Ok, 20, Unit::Minute, 15),
+            (Code::Ok, 3, Unit::Minute, 45)
+        ]
+    );
+    let retry: u64 = header(&response, "retry-after").expect("Retry-After").parse().expect("seconds");
+    assert!((1..=60).contains(&retry), "Retry-After: {retry}");
+    assert_eq!(
+        header(&response, "ratelimit-policy"),
+        Some(r#""email_ip";q=5;w=60, "ip";q=20;w=60, "email";q=50;w=900"#)
+    );
+    assert_eq!(header(&response, "cache-control"), None, "Envoy adds these to upstream answers too");
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_denied_by_one_descriptor_consumes_nothing_from_the_others() {
+    let dir = temp_dir("grpc-all-or-nothing");
+    let (service, addr) = service(&[], &dir).await;
+    let mut client = client(&addr).await;
+    for _ in 0..5 {
+        assert_eq!(
+            ask(&mut client, login("alice@example.com", "198.51.100.66")).await.overall_code(),
+            Code::Ok
+        );
+    }
+    // envoyproxy/ratelimit #1060: there, each of these would still count
+    // against the ip and email descriptors.
+    for _ in 0..30 {
+        let response = ask(&mut client, login("alice@example.com", "198.51.100.66")).await;
+        assert_eq!(response.overall_code(), Code::OverLimit);
+    }
+    let other_user = ask(&mut client, login("bob@example.com", "198.51.100.66")).await;
+    assert_eq!(other_user.overall_code(), Code::Ok, "the IP's bucket was not spent by denials");
+    assert_eq!(other_user.statuses[1].limit_remaining, 20 - 5 - 1);
+    let other_ip = ask(&mut client, login("alice@example.com", "192.0.2.1")).await;
+    assert_eq!(other_ip.overall_code(), Code::Ok, "alice is not locked out from elsewhere");
+    assert_eq!(other_ip.statuses[2].limit_remaining, 50 - 5 - 1);
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistakes_are_grpc_errors_naming_what_is_wrong_and_tokens_are_required() {
+    let dir = temp_dir("grpc-errors");
+    let (service, addr) = service(&[("PGLIMIT_API_TOKENS", "envoy-token")], &dir).await;
+    let mut client = client(&addr).await;
+    let with_token = |request: RateLimitRequest| {
+        let mut request = tonic::Request::new(request);
+        request.metadata_mut().insert("authorization", "Bearer envoy-token".parse().expect("metadata"));
+        request
+    };
+    let error = client.should_rate_limit(login("a@b.c", "192.0.2.9")).await.expect_err("no token");
+    assert_eq!(error.code(), tonic::Code::Unauthenticated, "{error:?}");
+    let ok = client.should_rate_limit(with_token(login("a@b.c", "192.0.2.9"))).await.expect("with the token");
+    assert_eq!(ok.into_inner().overall_code(), Code::Ok);
+
+    let mut unknown = login("a@b.c", "192.0.2.9");
+    unknown.domain = "nope".into();
+    let error = client.should_rate_limit(with_token(unknown)).await.expect_err("unknown domain");
+    assert_eq!(error.code(), tonic::Code::NotFound);
+    assert!(error.message().contains("\"nope\""), "{}", error.message());
+
+    let missing = RateLimitRequest {
+        domain: "login".into(),
+        descriptors: vec![descriptor(&[("ip", "192.0.2.9")])],
+        hits_addend: 1,
+    };
+    let error = client.should_rate_limit(with_token(missing)).await.expect_err("no email");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("\"email\" is required"), "{}", error.message());
+
+    let mut bad = login("not-an-address", "192.0.2.9");
+    bad.hits_addend = 2;
+    let error = client.should_rate_limit(with_token(bad)).await.expect_err("a bad email");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("\"email\""), "{}", error.message());
+    service.terminate();
+}
