@@ -193,6 +193,42 @@ async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
     }
 }
 
+/// Blocks, lockouts and resets live in the distributed tables too: each is
+/// seen by an instance that never saw the key (so Postgres, not its memory,
+/// decides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn blocks_lockouts_and_resets_hold_across_instances() {
+    let url = cluster().0;
+    let policy = "[policies.otp]\nidentifiers = { user = \"text\" }\n[[policies.otp.buckets]]\n\
+                  name = \"user\"\non = [\"user\"]\nlimit = 1\nwindow = \"1h\"\nblock_for = \"1h\"\n";
+    let file = common::policy_file(policy);
+    let env = [("PGLIMIT_POLICIES", file.to_str().expect("path"))];
+    let fresh = || instance(&url, &env);
+    let otp = json!({ "policy": "otp", "identifiers": { "user": unique("u") } });
+    let first = fresh().await;
+    assert_eq!(check(&first, otp.clone()).await.status, StatusCode::OK);
+    let denied = check(&first, otp.clone()).await;
+    assert_eq!(denied.body["blocked_by"], "user", "the denial starts the lockout: {}", denied.body);
+    let later = check(&fresh().await, otp.clone()).await;
+    assert_eq!(later.body["blocked_by"], "user", "the lockout is in the shared table: {}", later.body);
+    let reset = common::call(&first, "POST", "/reset", otp.clone()).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    assert_eq!(check(&fresh().await, otp.clone()).await.status, StatusCode::OK, "the reset lifted it");
+
+    let target = json!({ "policy": "otp", "identifiers": otp["identifiers"], "for": "15m" });
+    let blocked = common::call(&first, "POST", "/admin/blocks", target.clone()).await;
+    assert_eq!(blocked.status, StatusCode::OK, "{}", blocked.body);
+    let refused = check(&fresh().await, otp.clone()).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.body);
+    assert_eq!(refused.body["blocked_by"], "user");
+    let lifted = common::call(&first, "DELETE", "/admin/blocks", target).await;
+    assert_eq!(lifted.body["lifted"], 1, "{}", lifted.body);
+    let reset = common::call(&first, "POST", "/reset", otp.clone()).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    assert_eq!(check(&fresh().await, otp).await.status, StatusCode::OK, "unblocked");
+}
+
 /// The worker (Citus group) holding the shard of keys that begin `[n, n]`.
 async fn worker_of(pool: &sqlx::PgPool, n: u8) -> i32 {
     let (group,): (i32,) = sqlx::query_as(

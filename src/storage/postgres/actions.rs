@@ -34,14 +34,16 @@ ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy =
 RETURNING until";
 
 /// The same in Citus mode, where a block's row also carries its key's route
-/// ($6). Actions are rare, so they may span shards (a two-phase commit).
+/// ($6), and the update may use no `now()` of its own (Citus refuses
+/// functions that are not IMMUTABLE there). Actions are rare, so they may
+/// span shards (a two-phase commit).
 const BLOCK_ROUTED: &str = "
-INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket, reason)
-SELECT t.route, t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5
+INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket, reason, created_at)
+SELECT t.route, t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5, now()
 FROM unnest($1::bytea[], $3::text[], $4::text[], $6::integer[]) AS t(key, policy, bucket, route)
 ORDER BY t.route, t.key
 ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
-    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = now()
+    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = EXCLUDED.created_at
 RETURNING until";
 
 const UNBLOCK: &str = "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[])";

@@ -33,12 +33,20 @@ pub(super) struct Job {
 }
 
 /// What a job asks of its lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum Task {
     Check,
     /// Citus mode: give back what `batch` (one worker's part of a check that
-    /// another worker denied) took at `now`. Answered with no buckets.
-    Refund,
+    /// another worker denied) took, as the taking answered it (its clock,
+    /// and each bucket's reset time, which tells the window it took from).
+    /// Answered with no buckets.
+    Refund(Answer),
+}
+
+impl Task {
+    fn is_check(&self) -> bool {
+        matches!(self, Task::Check)
+    }
 }
 
 /// A lane's connection and the session generation it was opened in.
@@ -83,8 +91,9 @@ pub(super) async fn lane(
         busy.start();
         for group in by_clock(jobs) {
             let batches: Vec<&CheckBatch> = group.iter().map(|job| &job.batch).collect();
+            let taken: Vec<&Task> = group.iter().map(|job| &job.task).collect();
             let started = Instant::now();
-            let result = run(&session, &mut slot, &batches, group[0].now, group[0].task).await;
+            let result = run(&session, &mut slot, &batches, group[0].now, &taken).await;
             telemetry::db_call(started.elapsed(), batches.len());
             match result {
                 Ok(answers) => {
@@ -120,7 +129,9 @@ fn by_clock(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     let mut groups: Vec<Vec<Job>> = Vec::new();
     for job in jobs {
         match groups.last_mut() {
-            Some(group) if group[0].now == job.now && group[0].task == job.task => group.push(job),
+            Some(group) if group[0].now == job.now && group[0].task.is_check() == job.task.is_check() => {
+                group.push(job)
+            }
             _ => groups.push(vec![job]),
         }
     }
@@ -134,7 +145,7 @@ async fn run(
     slot: &mut Slot,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
-    task: Task,
+    tasks: &[&Task],
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let generation = session.generation();
     if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
@@ -147,11 +158,11 @@ async fn run(
         return Err(timed_out("connecting"));
     };
     let work = async {
-        match (session.routes(), task) {
-            (None, Task::Check) => statements::decide(conn, batches, now).await,
-            (Some(routes), Task::Check) => citus::decide(conn, routes, batches, now).await,
-            (Some(routes), Task::Refund) => refund(conn, routes, batches, now).await,
-            (None, Task::Refund) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+        match (session.routes(), tasks.first().is_none_or(|t| t.is_check())) {
+            (None, true) => statements::decide(conn, batches, now).await,
+            (Some(routes), true) => citus::decide(conn, routes, batches, now).await,
+            (Some(routes), false) => refund(conn, routes, batches, tasks).await,
+            (None, false) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
         }
     };
     let result = match tokio::time::timeout(session.hard_limit(), work).await {
@@ -169,15 +180,17 @@ async fn refund(
     conn: &mut PgConnection,
     routes: &citus::Routes,
     batches: &[&CheckBatch],
-    at: Option<DateTime<Utc>>,
+    tasks: &[&Task],
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let at = at.ok_or_else(|| sqlx::Error::Protocol("a refund without the time it gives back".into()))?;
     let mut answers = Vec::with_capacity(batches.len());
-    for batch in batches {
-        citus::refund(conn, routes, batch, at).await?;
+    for (batch, task) in batches.iter().zip(tasks) {
+        let Task::Refund(taken) = task else {
+            return Err(sqlx::Error::Protocol("a check among refunds".into()));
+        };
+        citus::refund(conn, routes, batch, taken).await?;
         answers.push(Answer {
             buckets: Vec::new(),
-            now: at,
+            now: taken.now,
             store: StoreKind::Postgres,
             degraded: false,
             cached: false,

@@ -169,8 +169,10 @@ impl PgStore {
             answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
         let mut refunds = Vec::new();
         for ((part, answer), _) in parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t) {
-            let at = answer.as_ref().map(|a| a.now).ok();
-            refunds.push(Self::enqueue(lane_of(part), part.batch.clone(), at, Task::Refund).await);
+            if let Ok(taken) = answer {
+                let task = Task::Refund(taken.clone());
+                refunds.push(Self::enqueue(lane_of(part), part.batch.clone(), None, task).await);
+            }
         }
         for refund in refunds {
             if let Err(e) = async { Self::answer(refund?).await }.await {

@@ -171,9 +171,10 @@ $$;
 
 -- Gives back what a check took on this worker when its buckets on another
 -- worker denied it (a check across workers is all or nothing by taking on
--- each, then refunding). `p_at` is the clock the taking call used;
--- nothing is given back to a window that has ended since, so a refund
--- never adds to a later window what that window did not take.
+-- each, then refunding). `p_at` is the clock the taking call used and
+-- `p_resets` each bucket's reset time as it answered: they tell which
+-- window took the cost, and nothing is given back to another, so a refund
+-- never adds to a window what that window did not take.
 CREATE OR REPLACE FUNCTION pglimit_refund_node(
     p_route      integer,
     p_routes     integer[],
@@ -182,20 +183,24 @@ CREATE OR REPLACE FUNCTION pglimit_refund_node(
     p_windows_ms bigint[],
     p_algos      smallint[],
     p_costs      bigint[],
-    p_at         timestamptz
+    p_at         timestamptz,
+    p_resets     timestamptz[]
 ) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     at_us bigint := pglimit_us(p_at);
-    i integer; k bytea; kr integer; cost bigint; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
+    i integer; k bytea; kr integer; cost bigint; reset timestamptz; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
 BEGIN
     -- In (route, key) order, like every lock taken here; scalars in the
     -- statements (Citus 13.2's router planner crashed the backend on
     -- subscripted parameters).
     FOR i IN SELECT u.o FROM unnest(p_routes, p_keys) WITH ORDINALITY AS u(route, key, o) ORDER BY u.route, u.key LOOP
         k := p_keys[i]; kr := p_routes[i]; cost := p_costs[i]; win := p_windows_ms[i] * 1000;
-        IF p_algos[i] = 0 THEN  -- fixed window: only the window that took it
+        IF p_algos[i] = 0 THEN  -- fixed window: only the window that took it (its end is
+            -- the reset time; its start may be later than p_at, the clock of a
+            -- call that waited for the row's lock while another call began it)
+            reset := p_resets[i];
             UPDATE pglimit_buckets SET count = greatest(count - cost, 0)
-            WHERE route = kr AND key = k AND expires_at > p_at AND pglimit_us(expires_at) - win <= at_us;
+            WHERE route = kr AND key = k AND expires_at = reset;
         ELSIF p_algos[i] = 1 THEN  -- sliding window: the current window, or the previous one since
             end_us := div(at_us, win) * win + win;
             UPDATE pglimit_buckets SET
@@ -253,7 +258,7 @@ $$;
 
 SELECT create_distributed_function('pglimit_check_node(integer, integer[], integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz)',
                                    'p_route', colocate_with := 'pglimit_buckets');
-SELECT create_distributed_function('pglimit_refund_node(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz)',
+SELECT create_distributed_function('pglimit_refund_node(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz, timestamptz[])',
                                    'p_route', colocate_with := 'pglimit_buckets');
 SELECT create_distributed_function('pglimit_cleanup_route(integer, integer)', 'p_route', colocate_with := 'pglimit_buckets');
 SELECT create_distributed_function('pglimit_ping_route(integer)', 'p_route', colocate_with := 'pglimit_buckets');

@@ -51,7 +51,7 @@ const SETUP: &str = include_str!("setup.sql");
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// Gives back what one part of a denied check took; see `functions.sql`.
-const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8)";
+const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The worker (Citus group) holding each route's shard, in slot order.
 const PLACEMENTS: &str = "
@@ -214,12 +214,13 @@ async fn decide_on_worker(
     statements::decide_on_node(conn, route, &bucket_routes, &group, now).await
 }
 
-/// Gives back, on the worker of `batch`'s buckets, what it took at `at`.
+/// Gives back, on the worker of `batch`'s buckets, what it took, as `taken`
+/// answered it.
 pub(super) async fn refund(
     conn: &mut PgConnection,
     routes: &Routes,
     batch: &CheckBatch,
-    at: DateTime<Utc>,
+    taken: &Answer,
 ) -> Result<(), sqlx::Error> {
     let bucket_routes: Vec<i32> = batch.buckets.iter().map(|b| routes.of(&b.key)).collect();
     let Some(&route) = bucket_routes.first() else { return Ok(()) };
@@ -233,7 +234,8 @@ pub(super) async fn refund(
         .bind(column(|b| i64::try_from(b.window.as_millis()).unwrap_or(i64::MAX)))
         .bind(batch.buckets.iter().map(|b| b.algorithm.code()).collect::<Vec<_>>())
         .bind(vec![i64::try_from(batch.cost).unwrap_or(i64::MAX); batch.buckets.len()])
-        .bind(at)
+        .bind(taken.now)
+        .bind(taken.buckets.iter().map(|b| b.reset_at).collect::<Vec<_>>())
         .execute(conn)
         .await?;
     Ok(())
