@@ -22,7 +22,8 @@
 //! - [`algorithm`]: the pure model: four algorithms, the limit rule, all or
 //!   nothing across buckets. Knows nothing of configuration or HTTP.
 //! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
-//! - [`storage`]: the [`storage::Store`] trait; Postgres (lanes that batch
+//! - [`storage`]: the [`storage::Store`] trait; Postgres (on one node, or
+//!   distributed over a Citus cluster, one worker per call; lanes that batch
 //!   concurrent checks), memory, the fallback between them, the deny cache.
 //! - [`limiter`]: validates a request, derives its keys
 //!   ([`limiter::bucket_key`]), asks the store, shapes a [`limiter::Decision`].
