@@ -1,5 +1,6 @@
 -- wrk script for bench/run: POST /check with pglimit's ad hoc request form,
--- or (BENCH_MODE=policy) its policy form.
+-- or (BENCH_MODE=policy) its policy form, or (BENCH_MODE=auth) forward-auth's
+-- GET /auth/<policy> with the same identifiers in request headers.
 --
 -- Environment:
 --   BENCH_MODE   random (default): key "k<1..BENCH_KEYS>" at random
@@ -12,10 +13,15 @@
 --                        addresses, each shared by about BENCH_KEYS / 254
 --                        emails); BENCH_LIMIT and BENCH_WINDOW unused (the
 --                        policy file has the limits)
+--                auth:   GET /auth/BENCH_POLICY (the path wrk was given is
+--                        ignored) with X-User-Email: u<N>@example.com and
+--                        X-Forwarded-For: 198.51.100.<M>, N and M as in
+--                        policy mode, no body: what nginx's auth_request
+--                        sends for the policy's [forward_auth] table
 --   BENCH_KEYS   number of distinct keys (default 10000)
 --   BENCH_LIMIT  limit sent with every check (default 1000000000)
 --   BENCH_WINDOW window sent with every check (default 1h)
---   BENCH_POLICY the policy named in policy mode (default "bench",
+--   BENCH_POLICY the policy named in policy and auth modes (default "bench",
 --                bench/policies.toml)
 --
 -- done() prints one JSON line, prefixed "WRKJSON ", that bench/run parses.
@@ -43,6 +49,15 @@ local function policy_body_for(n)
     policy, n, 1 + (n - 1) % 254)
 end
 
+-- Auth mode: the same identifiers as policy_body_for(n), as headers.
+local function auth_request_for(n)
+  local auth_headers = {
+    ["X-User-Email"] = string.format("u%d@example.com", n),
+    ["X-Forwarded-For"] = string.format("198.51.100.%d", 1 + (n - 1) % 254),
+  }
+  return wrk.format("GET", "/auth/" .. policy, auth_headers, nil)
+end
+
 local next_id = 0
 function setup(thread)
   next_id = next_id + 1
@@ -56,6 +71,10 @@ function init(args)
   elseif mode == "policy" then
     for i = 1, nkeys do
       requests[i] = wrk.format("POST", "/check", headers, policy_body_for(i))
+    end
+  elseif mode == "auth" then
+    for i = 1, nkeys do
+      requests[i] = auth_request_for(i)
     end
   else
     for i = 1, nkeys do

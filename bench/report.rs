@@ -17,7 +17,13 @@
 //! metrics on and off and (with BENCH_BASELINE) at the baseline revision, so
 //! that a fall of that fraction can be read off directly. Then blocks and
 //! overrides: pglimit-actions' requests/s over pglimit's, scenario by
-//! scenario (issue 12's budget; information only, never a failure).
+//! scenario (issue 12's budget; information only, never a failure). Then
+//! behind a proxy: the `bench` policy through forward-auth and Envoy's gRPC
+//! protocol against `/check`'s policy form, requests/s and p99 (proxies.rs).
+
+// A module of its own, so that this file does not grow further.
+#[path = "report/proxies.rs"]
+mod proxies;
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -45,10 +51,13 @@ fn is_pglimit(system: &str) -> bool {
     matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
 }
 
-const SCENARIOS: [(&str, &str); 5] = [
+const SCENARIOS: [(&str, &str); 7] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
     ("allow-policy", "allow, policy form (2 buckets)"),
+    // The policy form's policy and identifiers behind a proxy (pglimit only).
+    ("allow-auth", "allow, forward-auth `GET /auth/bench` (2 buckets)"),
+    ("allow-grpc", "allow, gRPC `ShouldRateLimit` (2 buckets)"),
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
 ];
@@ -388,7 +397,8 @@ fn main() -> ExitCode {
 /// What the run should have measured and did not: a system without a single
 /// measurement (the baseline only when the meta names one), or a scenario
 /// and client count of pglimit's without its metrics-off (or baseline) twin,
-/// or (in ACTIONS_SCENARIOS) without its pglimit-actions twin.
+/// or (in ACTIONS_SCENARIOS) without its pglimit-actions twin, or a client
+/// count of pglimit's policy form without its proxy scenarios.
 fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
     let with_baseline = meta.get("baseline").is_some_and(|b| !b.is_empty());
     let has = |system: &str| records.iter().any(|r| r.system == system);
@@ -398,9 +408,12 @@ fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
         .filter(|id| (*id != "baseline" || with_baseline) && !has(id))
         .map(str::to_string)
         .collect();
+    missing.extend(proxies::missing(records));
     let twins =
         if with_baseline { &["pglimit-nometrics", "baseline"][..] } else { &["pglimit-nometrics"][..] };
-    for r in records.iter().filter(|r| r.system == "pglimit") {
+    // The proxy scenarios are pglimit's alone: no twin is measured for them.
+    let checks = records.iter().filter(|r| !proxies::SCENARIOS.contains(&r.scenario.as_str()));
+    for r in checks.filter(|r| r.system == "pglimit") {
         let actions = ACTIONS_SCENARIOS.contains(&r.scenario.as_str()).then_some("pglimit-actions");
         for twin in twins.iter().copied().chain(actions) {
             let found = records
@@ -551,7 +564,12 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
         let http = is_pglimit(system) || matches!(system, "rlflex" | "runlimit");
         let raw_shape = matches!(scenario, "allow-random" | "allow-hot");
         let vs_raw = if http && raw_shape { ratio(r, find("raw-pg", scenario, conc)) } else { String::new() };
-        let vs_ceiling = if http { ratio(r, find("ceiling", "allow-random", conc)) } else { String::new() };
+        // The ceiling speaks HTTP/1.1 and JSON, not gRPC.
+        let vs_ceiling = if http && scenario != "allow-grpc" {
+            ratio(r, find("ceiling", "allow-random", conc))
+        } else {
+            String::new()
+        };
         let mut vs_peer = String::new();
         let mut vs_runlimit = String::new();
         let mut vs_metrics_off = String::new();
@@ -832,8 +850,14 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("runlimit_sqlx")
         ),
         format!(
-            "- Load: wrk {} with `bench/check.lua`, load generator, server and Postgres on the same machine",
-            m("wrk")
+            "- Load: wrk {} with `bench/check.lua`{}, load generator, server and Postgres on the same machine",
+            m("wrk"),
+            if records.iter().any(|r| r.scenario == "allow-grpc") {
+                "; gRPC from `bench/grpc_load.rs` (tonic, one HTTP/2 connection per client, one call in flight \
+                 on each)"
+            } else {
+                ""
+            }
         ),
         String::new(),
         table(records, baseline, metrics_off),
@@ -861,6 +885,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             table,
             String::new(),
         ]);
+    }
+    if let Some(table) = proxies::against_check(records) {
+        lines.extend([proxies::INTRO.to_string(), String::new(), table, String::new()]);
     }
     lines.push(format!(
         "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
@@ -934,6 +961,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             js_number(ACTIONS_BUDGET_PERCENT)
         )
         .expect("a String");
+    }
+    if records.iter().any(|r| proxies::SCENARIOS.contains(&r.scenario.as_str())) {
+        writeln!(report, "{}", proxies::HOW_TO_READ).expect("a String");
     }
     if let Some(rev) = baseline {
         let after = match (metrics_off, actions) {

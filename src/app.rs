@@ -30,10 +30,10 @@ pub enum StartError {
     #[error("cannot catch SIGHUP: {0}")]
     Signal(std::io::Error),
     #[error(
-        "refusing to listen on {0} without PGLIMIT_API_TOKENS: checks would be open to the network. \
-         Set PGLIMIT_API_TOKENS, or bind to a loopback address"
+        "refusing to listen on {addr} ({variable}) without PGLIMIT_API_TOKENS: checks would be open to \
+         the network. Set PGLIMIT_API_TOKENS, or bind {variable} to a loopback address"
     )]
-    OpenOnNetwork(std::net::SocketAddr),
+    OpenOnNetwork { addr: std::net::SocketAddr, variable: &'static str },
 }
 
 /// A service ready to serve, the private cluster it runs on, if any (stop
@@ -57,9 +57,13 @@ impl Drop for Background {
 
 impl Service {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
-        let binds = std::iter::once(config.bind).chain(config.grpc_bind);
-        if let Some(open) = binds.filter(|b| !b.ip().is_loopback()).find(|_| config.api_tokens.is_empty()) {
-            return Err(StartError::OpenOnNetwork(open));
+        // Named by variable, so that an operator who set only one knows which.
+        let binds = [(Some(config.bind), "PGLIMIT_BIND"), (config.grpc_bind, "PGLIMIT_GRPC_BIND")];
+        let open = binds.into_iter().filter_map(|(bind, variable)| Some((bind?, variable)));
+        if let Some((addr, variable)) =
+            open.filter(|(b, _)| !b.ip().is_loopback()).find(|_| config.api_tokens.is_empty())
+        {
+            return Err(StartError::OpenOnNetwork { addr, variable });
         }
         let hangup = crate::reload::catch_hangup().map_err(StartError::Signal)?;
         let policies = match &config.policies {

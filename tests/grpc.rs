@@ -4,21 +4,30 @@
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
-use common::process::{start, temp_dir, wait_for_address, Running};
+use common::process::{
+    restart_cluster, run_to_exit, start, stop_cluster, temp_dir, throwaway_cluster, wait_for_address, Running,
+};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use pglimit::pg_cluster::StopMode;
+use serde_json::json;
 use tonic::transport::Channel;
 
 /// The built-in login policy: email_ip 5 a minute, ip 20 a minute, email 50 per 15 minutes.
 async fn service(extra: &[(&str, &str)], dir: &Path) -> (Running, String) {
-    let url = common::fresh_database().await;
+    service_on(&common::fresh_database().await, extra, dir)
+}
+
+/// The service on the database at `url`; returns it and its gRPC address.
+fn service_on(url: &str, extra: &[(&str, &str)], dir: &Path) -> (Running, String) {
     let mut envs = vec![
-        ("DATABASE_URL", url.as_str()),
+        ("DATABASE_URL", url),
         ("PGLIMIT_KEY_SECRET", common::SECRET),
         ("PGLIMIT_GRPC_BIND", "127.0.0.1:0"),
     ];
@@ -165,4 +174,95 @@ async fn mistakes_are_grpc_errors_naming_what_is_wrong_and_tokens_are_required()
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
     assert!(error.message().contains("\"email\""), "{}", error.message());
     service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_addend_consumes_that_many_and_is_refused_once_it_no_longer_fits() {
+    let dir = temp_dir("grpc-hits-addend");
+    let (service, addr) = service(&[], &dir).await;
+    let mut client = client(&addr).await;
+    let twice = || RateLimitRequest { hits_addend: 2, ..login("carol@example.com", "203.0.113.20") };
+    for n in 1..=2u32 {
+        let response = ask(&mut client, twice()).await;
+        assert_eq!(response.overall_code(), Code::Ok, "request {n}");
+        let remaining: Vec<u32> = response.statuses.iter().map(|s| s.limit_remaining).collect();
+        assert_eq!(remaining, [5 - 2 * n, 20 - 2 * n, 50 - 2 * n], "request {n}: 2 each time");
+    }
+    // email_ip has 1 left: a cost of 2 no longer fits, and takes nothing.
+    let response = ask(&mut client, twice()).await;
+    assert_eq!(response.overall_code(), Code::OverLimit);
+    let statuses: Vec<_> = response.statuses.iter().map(|s| (s.code(), s.limit_remaining)).collect();
+    assert_eq!(statuses, [(Code::OverLimit, 1), (Code::Ok, 16), (Code::Ok, 46)]);
+    assert!(header(&response, "retry-after").is_some(), "a denial says when to retry");
+    // The one left is still there for a cost of 1.
+    let once = ask(&mut client, login("carol@example.com", "203.0.113.20")).await;
+    assert_eq!(once.overall_code(), Code::Ok);
+    assert_eq!(once.statuses[0].limit_remaining, 0);
+    service.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_closed_policy_answers_over_limit_with_retry_after_1_while_postgres_is_away() {
+    let dir = temp_dir("grpc-fail-closed");
+    let policies = dir.join("policies.toml");
+    let toml = r#"
+        [policies.payout]
+        on_store_error = "deny"
+        identifiers = { user = "text" }
+        [[policies.payout.buckets]]
+        name = "user"
+        on = ["user"]
+        limit = 5
+        window = "1h"
+    "#;
+    std::fs::write(&policies, toml).expect("policy file");
+    // A check waits at most 20 × the DB timeout on Postgres; a call that
+    // outlives that (plus the service's own 5 s) has hung, and fails here.
+    let db_timeout_ms = 200;
+    let patience = Duration::from_millis(20 * db_timeout_ms + 5_000);
+    let cluster = throwaway_cluster().await;
+    let url = cluster.url();
+    let db_timeout = db_timeout_ms.to_string();
+    let extra = [
+        ("PGLIMIT_POLICIES", policies.to_str().expect("UTF-8 path")),
+        ("PGLIMIT_DB_TIMEOUT_MS", &db_timeout),
+    ];
+    let (service, addr) = service_on(&url, &extra, &dir);
+    let channel = Channel::from_shared(format!("http://{addr}")).expect("an endpoint").timeout(patience);
+    let mut client = RateLimitServiceClient::new(channel.connect().await.expect("connect"));
+    let payout = || {
+        let descriptors = vec![descriptor(&[("user", "u1")]), descriptor(&[("user", "u1")])];
+        RateLimitRequest { domain: "payout".into(), descriptors, hits_addend: 1 }
+    };
+    let answer = client.should_rate_limit(payout()).await.expect("an answer").into_inner();
+    assert_eq!((answer.overall_code(), answer.statuses[0].limit_remaining), (Code::Ok, 4));
+
+    let cluster = stop_cluster(cluster, StopMode::Fast).await;
+    for n in 1..=3 {
+        let answer = client.should_rate_limit(payout()).await.expect("an answer, not an error").into_inner();
+        assert_eq!(answer.overall_code(), Code::OverLimit, "call {n}: fail closed never admits");
+        let codes: Vec<Code> = answer.statuses.iter().map(DescriptorStatus::code).collect();
+        assert_eq!(codes, [Code::OverLimit, Code::OverLimit], "call {n}: one status per descriptor");
+        assert_eq!(header(&answer, "retry-after"), Some("1"), "call {n}");
+    }
+    let cluster = restart_cluster(cluster).await;
+    let probe = json!({ "policy": "payout", "identifiers": { "user": "probe" } });
+    service.wait_for_postgres(&probe).await;
+    let answer = client.should_rate_limit(payout()).await.expect("an answer").into_inner();
+    assert_eq!(answer.overall_code(), Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 3, "the refusals while it was away took nothing");
+    service.terminate();
+    drop(cluster);
+}
+
+#[test]
+fn a_non_loopback_grpc_bind_without_api_tokens_is_refused_at_start_naming_it() {
+    let (ok, stderr) = run_to_exit(&[
+        ("PGLIMIT_GRPC_BIND", "0.0.0.0:0"),
+        ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+        ("PGLIMIT_KEY_SECRET", common::SECRET),
+    ]);
+    assert!(!ok, "it must not start: {stderr}");
+    assert!(stderr.contains("PGLIMIT_GRPC_BIND") && stderr.contains("PGLIMIT_API_TOKENS"), "{stderr}");
+    assert!(stderr.contains("0.0.0.0:0"), "the address refused: {stderr}");
 }
