@@ -401,6 +401,57 @@ async fn set_worker_setting(dir: &std::path::Path, change: &str) {
     }
 }
 
+/// A shard moved to the other worker while checks on it are in flight:
+/// calls wait for the move (they lock the shard's metadata as Citus' own
+/// writes do), those sent to the old worker are sent anew, and the limit
+/// stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_shard_moved_under_load_keeps_the_limit_exact() {
+    let url = cluster().0;
+    let apps = three_instances().await;
+    let name = unique("moving");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let key = common::adhoc_key(&name);
+    let (shard, from, to): (i64, i32, i32) = sqlx::query_as(
+        "WITH s AS (SELECT get_shard_id_for_distribution_column('pglimit_buckets',
+                        (SELECT route FROM pglimit_routes WHERE slot = $1 % (SELECT count(*) FROM pglimit_routes))) AS id)
+         SELECT s.id, src.nodeport, dst.nodeport FROM s
+         JOIN citus_shards src ON src.shardid = s.id
+         JOIN pg_dist_node dst ON dst.noderole = 'primary' AND dst.groupid <> 0 AND dst.nodeport <> src.nodeport",
+    )
+    .bind(i32::from(u16::from_be_bytes([key[0], key[1]])))
+    .fetch_one(&pool)
+    .await
+    .expect("the shard of the key and the other worker");
+    let body = json!({ "key": name, "limit": 150, "window": "1h" });
+    let load = tokio::spawn({
+        let apps = apps.clone();
+        async move {
+            let mut replies = Vec::new();
+            for _ in 0..10 {
+                replies.extend(fire(&apps, vec![body.clone(); 30]).await);
+            }
+            replies
+        }
+    });
+    sqlx::query("SELECT citus_move_shard_placement($1, '127.0.0.1', $2, '127.0.0.1', $3, shard_transfer_mode := 'block_writes')")
+        .bind(shard)
+        .bind(from)
+        .bind(to)
+        .execute(&pool)
+        .await
+        .expect("the move");
+    let replies = load.await.expect("load");
+    assert_eq!(admitted(&replies), 150, "300 checks at a limit of 150, during a move");
+    let (count,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(key.as_slice())
+        .fetch_one(&pool)
+        .await
+        .expect("the row, on its new worker");
+    assert_eq!(count, 150, "what the shard holds is what was admitted");
+}
+
 /// A worker that stops takes the instance to memory (the coordinator alone
 /// cannot decide the keys it held), and the instance returns to Postgres
 /// once the worker is back.
