@@ -1,0 +1,166 @@
+//! The functions on the workers: the model's decisions on random traces,
+//! refunds across workers, blocks and lockouts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use chrono::{DateTime, TimeDelta, Utc};
+use pglimit::algorithm::{decide, Algorithm, State};
+use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::cluster;
+use crate::common::{self, check, instance, unique};
+
+/// A bucket whose key is `[n, n, random...]`: the same first two bytes, so
+/// the same route, for every bucket of a trace.
+pub fn spec(n: u8, tag: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
+    let mut key = [0u8; 32];
+    key[..2].copy_from_slice(&[n, n]);
+    key[2] = tag;
+    key[3..11].copy_from_slice(&rand::random::<u64>().to_be_bytes());
+    BucketSpec {
+        name: Arc::from(format!("b{tag}")),
+        key,
+        limit,
+        window: Duration::from_millis(window_ms),
+        algorithm,
+        lockout: None,
+    }
+}
+
+/// The delegated function decides as the model does: random traces of two
+/// buckets on one route, with the clock set by the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
+    let pg = common::pg_store(&cluster().0).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().expect("time");
+    for round in 0..8 {
+        let (algorithm, other) = (Algorithm::ALL[round % 4], Algorithm::ALL[(round + 1) % 4]);
+        let route = rng.gen();
+        let specs = [
+            spec(route, 1, algorithm, rng.gen_range(1..6), rng.gen_range(200..5_000)),
+            spec(route, 2, other, 8, 3_000),
+        ];
+        let mut model: [Option<State>; 2] = [None, None];
+        let mut now = start + TimeDelta::seconds(round as i64 * 100);
+        for step in 0..40 {
+            now += TimeDelta::microseconds(rng.gen_range(0..900_000));
+            let cost = rng.gen_range(0..3);
+            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse };
+            let got = pg.check_as_of(&batch, now).await.expect("postgres answers");
+            let now_us = now.timestamp_micros();
+            let admit = cost > 0
+                && specs
+                    .iter()
+                    .zip(&model)
+                    .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
+            for (i, s) in specs.iter().enumerate() {
+                let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
+                let at = format!("round {round} step {step} bucket {i} ({:?}, cost {cost})", s.algorithm);
+                assert_eq!(got.buckets[i].allowed, want.allowed, "allowed, {at}");
+                assert_eq!(got.buckets[i].remaining, want.remaining, "remaining, {at}");
+                assert_eq!(got.buckets[i].reset_at.timestamp_micros(), want.full_us, "reset_at, {at}");
+                assert_eq!(
+                    got.buckets[i].retry_at.map(|t| t.timestamp_micros()),
+                    want.retry_us,
+                    "retry_at, {at}"
+                );
+                if admit {
+                    model[i] = Some(want.next);
+                }
+            }
+        }
+    }
+}
+
+/// Blocks, lockouts and resets live in the distributed tables too: each is
+/// seen by an instance that never saw the key (so Postgres, not its memory,
+/// decides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn blocks_lockouts_and_resets_hold_across_instances() {
+    let url = cluster().0;
+    let policy = "[policies.otp]\nidentifiers = { user = \"text\" }\n[[policies.otp.buckets]]\n\
+                  name = \"user\"\non = [\"user\"]\nlimit = 1\nwindow = \"1h\"\nblock_for = \"1h\"\n";
+    let file = common::policy_file(policy);
+    let env = [("PGLIMIT_POLICIES", file.to_str().expect("path"))];
+    let fresh = || instance(&url, &env);
+    let otp = json!({ "policy": "otp", "identifiers": { "user": unique("u") } });
+    let first = fresh().await;
+    assert_eq!(check(&first, otp.clone()).await.status, StatusCode::OK);
+    let denied = check(&first, otp.clone()).await;
+    assert_eq!(denied.body["blocked_by"], "user", "the denial starts the lockout: {}", denied.body);
+    let later = check(&fresh().await, otp.clone()).await;
+    assert_eq!(later.body["blocked_by"], "user", "the lockout is in the shared table: {}", later.body);
+    let reset = common::call(&first, "POST", "/reset", otp.clone()).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    assert_eq!(check(&fresh().await, otp.clone()).await.status, StatusCode::OK, "the reset lifted it");
+
+    let target = json!({ "policy": "otp", "identifiers": otp["identifiers"], "for": "15m" });
+    let blocked = common::call(&first, "POST", "/admin/blocks", target.clone()).await;
+    assert_eq!(blocked.status, StatusCode::OK, "{}", blocked.body);
+    let refused = check(&fresh().await, otp.clone()).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.body);
+    assert_eq!(refused.body["blocked_by"], "user");
+    let lifted = common::call(&first, "DELETE", "/admin/blocks", target).await;
+    assert_eq!(lifted.body["lifted"], 1, "{}", lifted.body);
+    let reset = common::call(&first, "POST", "/reset", otp.clone()).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    assert_eq!(check(&fresh().await, otp).await.status, StatusCode::OK, "unblocked");
+}
+
+/// The worker (Citus group) holding the shard of keys that begin `[n, n]`.
+async fn worker_of(pool: &sqlx::PgPool, n: u8) -> i32 {
+    let (group,): (i32,) = sqlx::query_as(
+        "SELECT p.groupid FROM pglimit_routes r JOIN pg_dist_placement p
+             ON p.shardid = get_shard_id_for_distribution_column('pglimit_buckets', r.route)
+         WHERE r.slot = $1 % (SELECT count(*) FROM pglimit_routes)",
+    )
+    .bind(i32::from(u16::from_be_bytes([n, n])))
+    .fetch_one(pool)
+    .await
+    .expect("placement");
+    group
+}
+
+/// Every algorithm gives back exactly what it took: a check across workers
+/// denied by one bucket leaves the other (on the other worker) as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorithm() {
+    let url = cluster().0;
+    let pg = common::pg_store(&url).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let (mut one, mut other) = (None, None);
+    for n in 0..=255u8 {
+        match (worker_of(&pool, n).await, one) {
+            (w, None) => one = Some((n, w)),
+            (w, Some((_, first))) if w != first => other = Some(n),
+            _ => {}
+        }
+        if other.is_some() {
+            break;
+        }
+    }
+    let (Some((one, _)), Some(other)) = (one, other) else { panic!("every shard on one worker") };
+    let now: DateTime<Utc> = "2032-03-01T00:00:00.5Z".parse().expect("time");
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let roomy = spec(one, i as u8, algorithm, 10, 60_000);
+        let full = spec(other, i as u8, Algorithm::FixedWindow, 1, 60_000);
+        let one =
+            |buckets: Vec<BucketSpec>| CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse };
+        assert!(pg.check_as_of(&one(vec![full.clone()]), now).await.expect("answer").allowed());
+        let both = pg.check_as_of(&one(vec![roomy.clone(), full.clone()]), now).await.expect("answer");
+        assert!(!both.allowed(), "{algorithm:?}: the full bucket denies");
+        assert!(both.buckets[0].allowed, "{algorithm:?}: the roomy bucket had room");
+        assert_eq!(both.buckets[0].remaining, 10, "{algorithm:?}: shown as given back");
+        let peek = CheckBatch { buckets: vec![roomy], cost: 0, fallback: MemoryFallback::Refuse };
+        let after = pg.check_as_of(&peek, now).await.expect("answer");
+        assert_eq!(after.buckets[0].remaining, 10, "{algorithm:?}: nothing kept by the denied check");
+    }
+}

@@ -1,0 +1,63 @@
+//! Exact limits across instances and shards.
+
+use serde_json::{json, Value};
+
+use crate::common::{check, login, remaining, unique};
+use crate::{admitted, fire, three_instances, ALGORITHMS};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn three_instances_on_one_key_admit_exactly_the_limit_for_every_algorithm() {
+    let apps = three_instances().await;
+    for algorithm in ALGORITHMS {
+        let key = unique("hot");
+        let body = json!({ "key": key, "limit": 25, "window": "1h", "algorithm": algorithm });
+        let replies = fire(&apps, vec![body; 120]).await;
+        assert_eq!(admitted(&replies), 25, "{algorithm}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn three_instances_admit_exactly_the_ip_limit_and_the_email_limit_across_shards() {
+    let apps = three_instances().await;
+    let ip = format!("10.{}.{}.{}", rand::random::<u8>(), rand::random::<u8>(), rand::random::<u8>());
+    let bodies = (0..90).map(|_| login(&format!("{}@example.com", unique("u")), &ip)).collect();
+    assert_eq!(admitted(&fire(&apps, bodies).await), 20, "the ip bucket's limit");
+    let email = format!("{}@example.com", unique("victim"));
+    let bodies = (0..120).map(|n| login(&email, &format!("198.51.{}.{}", n / 200, n % 200))).collect();
+    assert_eq!(admitted(&fire(&apps, bodies).await), 50, "the email bucket's limit");
+}
+
+/// Checks of three buckets each (on different shards, mostly), many
+/// denied by one bucket while the others had room: afterwards every bucket
+/// holds exactly what the admitted checks took, so nothing a denied check
+/// took was kept, and nothing was admitted past a limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn checks_across_shards_stay_all_or_nothing_under_concurrency() {
+    let apps = three_instances().await;
+    let emails: Vec<String> = (0..4).map(|_| format!("{}@example.com", unique("e"))).collect();
+    let net = rand::random::<u8>();
+    let ips: Vec<String> = (0..3).map(|i| format!("172.16.{net}.{i}")).collect();
+    let bodies: Vec<Value> = (0..240).map(|n| login(&emails[n % 4], &ips[(n / 4) % 3])).collect();
+    let replies = fire(&apps, bodies).await;
+    let taken = |f: &dyn Fn(&Value) -> bool| {
+        replies.iter().filter(|(allowed, body)| *allowed && f(body)).count() as u64
+    };
+    for email in &emails {
+        for ip in &ips {
+            let peek = check(
+                &apps[0],
+                json!({ "policy": "login", "cost": 0,
+                "identifiers": { "email": email, "ip": ip } }),
+            )
+            .await;
+            let same_email = |b: &Value| b["identifiers"]["email"] == email.as_str();
+            let same_ip = |b: &Value| b["identifiers"]["ip"] == ip.as_str();
+            assert_eq!(remaining(&peek.body, "email_ip"), 5 - taken(&|b| same_email(b) && same_ip(b)));
+            assert_eq!(remaining(&peek.body, "email"), 50 - taken(&same_email));
+            assert_eq!(remaining(&peek.body, "ip"), 20 - taken(&same_ip));
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Citus mode on a real cluster: a coordinator and two workers started by
+//! `scripts/citus` (`scripts/test --citus` starts one, sets
+//! `PGLIMIT_CITUS_URL` and `PGLIMIT_CITUS_DIR`, and runs these one at a
+//! time: one of them stops a worker, another reads the coordinator's log).
+//!
+//! Ignored by a plain `cargo test`, which has no cluster; run through the
+//! script, they fail, never skip, when the cluster is missing.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod decisions;
+mod exact;
+mod operations;
+
+use std::path::PathBuf;
+
+use axum::http::StatusCode;
+use common::{check, instance};
+use serde_json::Value;
+
+const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
+
+/// The coordinator's URL and the cluster's directory.
+fn cluster() -> (String, PathBuf) {
+    let (Ok(url), Ok(dir)) = (std::env::var("PGLIMIT_CITUS_URL"), std::env::var("PGLIMIT_CITUS_DIR")) else {
+        panic!("no Citus cluster: run `scripts/test --citus`, which builds Citus if needed and starts one")
+    };
+    (url, PathBuf::from(dir))
+}
+
+async fn three_instances() -> Vec<pglimit::AppState> {
+    let (url, _) = cluster();
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        apps.push(instance(&url, &[]).await);
+    }
+    for app in &apps {
+        let ready = common::readyz(app).await;
+        assert_eq!(ready["store"], "postgres", "{ready}");
+    }
+    apps
+}
+
+/// Fires every body at once, round-robin over `apps`; returns the replies,
+/// asserting each was decided by Postgres (no error, no deadlock, no fallback).
+async fn fire(apps: &[pglimit::AppState], bodies: Vec<Value>) -> Vec<(bool, Value)> {
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let app = apps[i % apps.len()].clone();
+            tokio::spawn(async move { (check(&app, body.clone()).await, body) })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for task in tasks {
+        let (reply, body) = task.await.expect("check task");
+        assert_eq!(reply.body["store"], "postgres", "decided by postgres: {}", reply.body);
+        match reply.status {
+            StatusCode::OK => replies.push((true, body)),
+            StatusCode::TOO_MANY_REQUESTS => replies.push((false, body)),
+            other => panic!("unexpected status {other}: {}", reply.body),
+        }
+    }
+    replies
+}
+
+fn admitted(replies: &[(bool, Value)]) -> usize {
+    replies.iter().filter(|(allowed, _)| *allowed).count()
+}

@@ -1,0 +1,248 @@
+//! The cluster at work: cleanup on every shard, no two-phase commit, a
+//! shard move under load, a stopped worker.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use chrono::DateTime;
+use chrono::Utc;
+use pglimit::algorithm::Algorithm;
+use pglimit::storage::{CheckBatch, MemoryFallback};
+use serde_json::json;
+
+use crate::common::{self, check, instance, unique};
+use crate::decisions::spec;
+use crate::{admitted, cluster, fire, three_instances, ALGORITHMS};
+
+#[tokio::test]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn the_cleanup_deletes_expired_rows_on_every_shard() {
+    let url = cluster().0;
+    let pg = common::pg_store(&url).await;
+    let long_ago: DateTime<Utc> = "2020-01-01T00:00:00Z".parse().expect("time");
+    let mut keys = Vec::new();
+    for n in 0..=255u8 {
+        let bucket = spec(n, 9, Algorithm::ALL[usize::from(n) % 4], 5, 1_000);
+        keys.push(bucket.key.to_vec());
+        let batch = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
+        pg.check_as_of(&batch, long_ago).await.expect("answer");
+    }
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let count = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM pglimit_buckets WHERE key = ANY($1)")
+            .bind(&keys)
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        n
+    };
+    assert_eq!(count().await, 256, "every expired row is there before the cleanup");
+    // Each run cleans one route; as many runs as routes reach every shard.
+    let (routes,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM pglimit_routes").fetch_one(&pool).await.expect("routes");
+    for _ in 0..routes {
+        pg.cleanup().await.expect("cleanup");
+    }
+    assert_eq!(count().await, 0, "the cleanup deleted every expired row");
+}
+
+/// Single-shard checks run on their worker with no two-phase commit: the
+/// workers log every statement they run while this test lasts, and none is
+/// a `PREPARE TRANSACTION`, while a reset (which deletes on every shard)
+/// does show one, so the log would tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn checks_on_one_shard_use_no_two_phase_commit() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let logging = WorkerLogs::start(&dir).await;
+    for algorithm in ALGORITHMS {
+        for _ in 0..10 {
+            let body = json!({ "key": unique("one"), "limit": 5, "window": "1m", "algorithm": algorithm });
+            assert_eq!(check(&app, body).await.status, StatusCode::OK);
+        }
+    }
+    let checks = logging.read();
+    assert!(checks.matches("pglimit_check_node").count() >= 40, "every check ran on a worker: {checks}");
+    assert_eq!(checks.matches("PREPARE TRANSACTION").count(), 0, "no two-phase commit: {checks}");
+    let reset = json!({ "key": unique("any"), "limit": 5, "window": "1m" });
+    let reset = common::call(&app, "POST", "/reset", reset).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    let all = logging.read();
+    assert!(all.matches("PREPARE TRANSACTION").count() > 0, "a reset spans shards: {all}");
+}
+
+/// The workers' statement logs, from the start of a test; `log_statement`
+/// is back to its default when this is dropped.
+struct WorkerLogs {
+    dir: PathBuf,
+    from: Vec<usize>,
+}
+
+const WORKERS: [&str; 2] = ["worker1", "worker2"];
+
+impl WorkerLogs {
+    async fn start(dir: &std::path::Path) -> Self {
+        set_worker_setting(dir, "SET log_statement = 'all'").await;
+        let from = WORKERS.iter().map(|w| log_text(dir, w).len()).collect();
+        Self { dir: dir.to_owned(), from }
+    }
+
+    fn read(&self) -> String {
+        // The logger writes a statement before it runs, so what has been
+        // answered is in the file.
+        WORKERS.iter().zip(&self.from).map(|(w, &from)| log_text(&self.dir, w)[from..].to_owned()).collect()
+    }
+}
+
+impl Drop for WorkerLogs {
+    fn drop(&mut self) {
+        let dir = self.dir.clone();
+        let reset = std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(set_worker_setting(&dir, "RESET log_statement"));
+        });
+        reset.join().expect("log_statement reset");
+    }
+}
+
+fn log_text(dir: &std::path::Path, worker: &str) -> String {
+    let bytes = std::fs::read(dir.join(format!("{worker}.log"))).expect("worker log");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `ALTER SYSTEM <change>` and a reload on each worker, directly.
+async fn set_worker_setting(dir: &std::path::Path, change: &str) {
+    let password = std::fs::read_to_string(dir.join("password")).expect("password");
+    for worker in WORKERS {
+        let port = std::fs::read_to_string(dir.join(format!("{worker}.port"))).expect("port");
+        let url = format!("postgres://pglimit:{}@127.0.0.1:{}/postgres", password.trim(), port.trim());
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect to a worker");
+        sqlx::query(&format!("ALTER SYSTEM {change}")).execute(&pool).await.expect("alter system");
+        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await.expect("reload");
+        // A reload is signalled, not awaited: wait until a new session sees it.
+        let want = if change.starts_with("SET") { "all" } else { "none" };
+        for _ in 0..100 {
+            let (now,): (String,) =
+                sqlx::query_as("SHOW log_statement").fetch_one(&pool).await.expect("show");
+            if now == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pool.close().await;
+    }
+}
+
+/// A shard moved to the other worker while checks on it are in flight:
+/// calls wait for the move (they lock the shard's metadata as Citus' own
+/// writes do), those sent to the old worker are sent anew, and the limit
+/// stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_shard_moved_under_load_keeps_the_limit_exact() {
+    let url = cluster().0;
+    let apps = three_instances().await;
+    let name = unique("moving");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let key = common::adhoc_key(&name);
+    let (shard, from, to): (i64, i32, i32) = sqlx::query_as(
+        "WITH s AS (SELECT get_shard_id_for_distribution_column('pglimit_buckets',
+                        (SELECT route FROM pglimit_routes WHERE slot = $1 % (SELECT count(*) FROM pglimit_routes))) AS id)
+         SELECT s.id, src.nodeport, dst.nodeport FROM s
+         JOIN citus_shards src ON src.shardid = s.id
+         JOIN pg_dist_node dst ON dst.noderole = 'primary' AND dst.groupid <> 0 AND dst.nodeport <> src.nodeport",
+    )
+    .bind(i32::from(u16::from_be_bytes([key[0], key[1]])))
+    .fetch_one(&pool)
+    .await
+    .expect("the shard of the key and the other worker");
+    let body = json!({ "key": name, "limit": 150, "window": "1h" });
+    let load = tokio::spawn({
+        let apps = apps.clone();
+        async move {
+            let mut replies = Vec::new();
+            for _ in 0..10 {
+                replies.extend(fire(&apps, vec![body.clone(); 30]).await);
+            }
+            replies
+        }
+    });
+    sqlx::query("SELECT citus_move_shard_placement($1, '127.0.0.1', $2, '127.0.0.1', $3, shard_transfer_mode := 'block_writes')")
+        .bind(shard)
+        .bind(from)
+        .bind(to)
+        .execute(&pool)
+        .await
+        .expect("the move");
+    let replies = load.await.expect("load");
+    assert_eq!(admitted(&replies), 150, "300 checks at a limit of 150, during a move");
+    let (count,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(key.as_slice())
+        .fetch_one(&pool)
+        .await
+        .expect("the row, on its new worker");
+    assert_eq!(count, 150, "what the shard holds is what was admitted");
+}
+
+/// A worker that stops takes the instance to memory (the coordinator alone
+/// cannot decide the keys it held), and the instance returns to Postgres
+/// once the worker is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_stopped_worker_sends_checks_to_memory_until_it_is_back() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_DB_TIMEOUT_MS", "500")]).await;
+    let keys: Vec<String> = (0..16).map(|_| unique("w")).collect();
+    for key in &keys {
+        let reply = check(&app, json!({ "key": key, "limit": 100, "window": "1h" })).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+    }
+    let worker = Worker::stop(&dir, "worker2");
+    // Sixteen random keys are on both workers' shards (the chance that all
+    // are on one worker is 2^-15): some check meets the stopped worker.
+    let mut from_memory = 0;
+    for key in &keys {
+        let reply = check(&app, json!({ "key": key, "limit": 100, "window": "1h" })).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        from_memory += usize::from(reply.body["store"] == "memory");
+    }
+    assert!(from_memory > 0, "a check on the stopped worker's shards was answered from memory");
+    assert!(common::degraded(&app).await, "the instance says it is degraded");
+    drop(worker);
+    common::wait_for_postgres(&app, Duration::from_secs(30)).await;
+    for key in &keys {
+        let reply = check(&app, json!({ "key": key, "limit": 100, "window": "1h" })).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+    }
+}
+
+/// A stopped node, started again when dropped (even by a failing test).
+struct Worker {
+    dir: PathBuf,
+    name: &'static str,
+}
+
+impl Worker {
+    fn stop(dir: &std::path::Path, name: &'static str) -> Self {
+        node(dir, name, "stop");
+        Self { dir: dir.to_owned(), name }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        node(&self.dir, self.name, "start");
+    }
+}
+
+fn node(dir: &std::path::Path, name: &str, action: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/citus");
+    let status = std::process::Command::new(script)
+        .args(["node", &dir.display().to_string(), name, action])
+        .status()
+        .expect("scripts/citus");
+    assert!(status.success(), "scripts/citus node {name} {action}");
+}
