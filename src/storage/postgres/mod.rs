@@ -141,7 +141,7 @@ impl PgStore {
         Self::answer(Self::enqueue(lane, batch.clone(), now, Task::Check).await?).await
     }
 
-    /// Citus mode: each part of a check on the lane of its route, all at
+    /// Citus mode: each part of a check on the lane of its worker, all at
     /// once; if any part is denied or fails, the parts that took their cost
     /// give it back before the check is answered.
     async fn submit_parts(
@@ -167,12 +167,21 @@ impl PgStore {
         let whole = answers.iter().all(|a| a.as_ref().is_ok_and(Answer::allowed));
         let took: Vec<bool> =
             answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
+        let given_back = parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t);
+        Self::give_back(
+            given_back.filter_map(|((part, answer), _)| Some((lane_of(part), part, answer.as_ref().ok()?))),
+        )
+        .await;
+        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(citus::merge(batch, &parts, answers, &took))
+    }
+
+    /// Refunds, on each part's lane, what the part took, as its answer says.
+    async fn give_back<'a>(taken: impl Iterator<Item = (&'a LaneHandle, &'a citus::Part, &'a Answer)>) {
         let mut refunds = Vec::new();
-        for ((part, answer), _) in parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t) {
-            if let Ok(taken) = answer {
-                let task = Task::Refund(taken.clone());
-                refunds.push(Self::enqueue(lane_of(part), part.batch.clone(), None, task).await);
-            }
+        for (lane, part, answer) in taken {
+            let task = Task::Refund(answer.clone());
+            refunds.push(Self::enqueue(lane, part.batch.clone(), None, task).await);
         }
         for refund in refunds {
             if let Err(e) = async { Self::answer(refund?).await }.await {
@@ -181,8 +190,6 @@ impl PgStore {
                 tracing::warn!(error = %e, "Citus: a refund failed");
             }
         }
-        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(citus::merge(batch, &parts, answers, &took))
     }
 
     /// Queues a job; returns where its answer will come.
