@@ -25,6 +25,7 @@ const BUCKET_DENIALS: &str = "pglimit_bucket_denials_total";
 const CHECK_DURATION: &str = "pglimit_check_duration_seconds";
 const DB_CALL_DURATION: &str = "pglimit_db_call_duration_seconds";
 const BATCH_SIZE: &str = "pglimit_batch_size";
+const CHECK_PHASE: &str = "pglimit_check_phase_seconds";
 const DEGRADED: &str = "pglimit_degraded";
 const SWITCHES: &str = "pglimit_fallback_switches_total";
 const CLEANUP_DELETED: &str = "pglimit_cleanup_deleted_rows_total";
@@ -56,6 +57,7 @@ pub fn install() -> PrometheusHandle {
             gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             gauge!(DEGRADED).set(0.0);
             let _ = DURATIONS.set(STORES.map(|store| histogram!(CHECK_DURATION, "store" => store)));
+            let _ = PHASES.set(PHASE_NAMES.map(|phase| histogram!(CHECK_PHASE, "phase" => phase)));
             handle
         })
         .clone()
@@ -79,6 +81,11 @@ fn describe() {
     describe_histogram!(CHECK_DURATION, Unit::Seconds, "Time to decide a check, by store");
     describe_histogram!(DB_CALL_DURATION, Unit::Seconds, "Time of one batch call to Postgres");
     describe_histogram!(BATCH_SIZE, "Checks decided by one call to Postgres");
+    describe_histogram!(
+        CHECK_PHASE,
+        Unit::Seconds,
+        "Where a check decided by Postgres spent its time: queued in the instance (queue), then its call (postgres: the statement, the commit and the round trip)"
+    );
     describe_gauge!(DEGRADED, "1 while this instance answers without Postgres");
     describe_counter!(SWITCHES, "Switches between Postgres and memory, by direction");
     describe_counter!(CLEANUP_DELETED, "Expired bucket rows deleted by the sampled cleanup");
@@ -159,6 +166,19 @@ static DURATIONS: OnceLock<[Histogram; 4]> = OnceLock::new();
 pub fn db_call(took: Duration, checks: usize) {
     histogram!(DB_CALL_DURATION).record(took.as_secs_f64());
     histogram!(BATCH_SIZE).record(checks as f64);
+}
+
+/// The phases of [`CHECK_PHASE`].
+const PHASE_NAMES: [&str; 2] = ["queue", "postgres"];
+static PHASES: OnceLock<[Histogram; 2]> = OnceLock::new();
+
+/// A check decided by Postgres: how long it waited in the instance for a
+/// call, and how long the call took.
+pub fn check_phases(queued: Duration, call: Duration) {
+    if let Some([queue, postgres]) = PHASES.get() {
+        queue.record(queued.as_secs_f64());
+        postgres.record(call.as_secs_f64());
+    }
 }
 
 /// The instance switched to memory (`true`) or back to Postgres.

@@ -12,6 +12,7 @@ mod cleanup;
 mod concurrency;
 mod errors;
 mod forward_auth;
+mod lane;
 mod openapi;
 mod operate;
 mod overrides;

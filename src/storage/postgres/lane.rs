@@ -1,35 +1,58 @@
-//! A lane: one task, one connection, checks sent in batches.
+//! A lane: one task, a few connections, checks sent in batches.
 //!
-//! A lane takes the first check waiting in its queue and every check
-//! queued behind it (up to [`MAX_BATCH`]), and decides them all in one call.
-//! So an idle service adds no waiting (the first check goes at once), and
-//! under load the checks that arrive while a call is in flight form the next
-//! batch. The connection is owned, not pooled: a pool pings a connection each
+//! A lane takes the first check waiting in its queue and every check queued
+//! behind it (up to [`MAX_BATCH`]), and decides them all in one call (see
+//! [`super::call`]). So an idle service adds no waiting (the first check goes
+//! at once), and under load the checks that arrive while calls are in
+//! flight form the next batch.
+//!
+//! A lane has several connections and keeps a call in flight on each, so
+//! that the next batch runs while the previous one waits for its commit's
+//! WAL flush: Postgres then flushes their commits together (group commit),
+//! where one connection flushed them one after another. A check whose keys
+//! are all free goes out at once; a check that shares a key with a call in
+//! flight, or with a check held back before it, waits for that call to end,
+//! so that checks on one key are decided in the order they arrived, and a
+//! row locked by a stuck transaction holds back only the checks on it.
+//!
+//! The connections are owned, not pooled: a pool pings a connection each
 //! time it is returned, which would double the round trips.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::{Id, JoinSet};
 
-use super::session::{classify, timed_out, Session};
-use super::{citus, statements};
-use crate::storage::{Answer, CheckBatch, StoreError, StoreKind};
-use crate::telemetry;
+use super::call::{call, Slot};
+use super::session::Session;
+use crate::storage::{Answer, CheckBatch, Key, StoreError};
 
 /// Most checks decided in one call.
 const MAX_BATCH: usize = 128;
 
 /// A queued check: the batch of buckets, the clock to use (`None`: the
-/// database's `now()`), and where to send the answer.
+/// database's `now()`), when it was queued, and where to send the answer.
 pub(super) struct Job {
     pub batch: CheckBatch,
     pub now: Option<DateTime<Utc>>,
     pub task: Task,
+    pub queued: Instant,
     pub reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+impl Job {
+    fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.batch.buckets.iter().map(|b| &b.key)
+    }
+
+    /// Whether `other` can go in the same call: one task kind, one clock.
+    fn goes_with(&self, other: &Job) -> bool {
+        self.now == other.now && self.task.is_check() == other.task.is_check()
+    }
 }
 
 /// What a job asks of its lane.
@@ -44,157 +67,128 @@ pub(super) enum Task {
 }
 
 impl Task {
-    fn is_check(&self) -> bool {
+    pub fn is_check(&self) -> bool {
         matches!(self, Task::Check)
     }
 }
 
-/// A lane's connection and the session generation it was opened in.
-type Slot = Option<(PgConnection, u64)>;
-
-/// When a lane's current call started, for the router; 0 while idle.
-#[derive(Default)]
-pub(super) struct Busy {
-    since_us: AtomicU64,
-}
-
-impl Busy {
-    fn start(&self) {
-        self.since_us.store(elapsed_us().max(1), Ordering::Release);
-    }
-
-    fn stop(&self) {
-        self.since_us.store(0, Ordering::Release);
-    }
-
-    /// Whether a call has been running for longer than `after`.
-    pub fn stalled(&self, after: Duration) -> bool {
-        let since = self.since_us.load(Ordering::Acquire);
-        since != 0 && elapsed_us().saturating_sub(since) > after.as_micros() as u64
-    }
-}
-
-fn elapsed_us() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
-}
-
-/// Runs a lane until every sender of `queue` is gone.
-pub(super) async fn lane(
-    session: Arc<Session>,
-    mut queue: mpsc::Receiver<Job>,
-    conn: PgConnection,
-    busy: Arc<Busy>,
-) {
-    let mut slot: Slot = Some((conn, session.generation()));
-    while let Some(jobs) = next_batch(&mut queue).await {
-        busy.start();
-        for group in by_clock(jobs) {
-            let batches: Vec<&CheckBatch> = group.iter().map(|job| &job.batch).collect();
-            let taken: Vec<&Task> = group.iter().map(|job| &job.task).collect();
-            let started = Instant::now();
-            let result = run(&session, &mut slot, &batches, group[0].now, &taken).await;
-            telemetry::db_call(started.elapsed(), batches.len());
-            match result {
-                Ok(answers) => {
-                    group.into_iter().zip(answers).for_each(|(job, a)| drop(job.reply.send(Ok(a))))
-                }
-                Err(e) => {
-                    let e = classify(e);
-                    group.into_iter().for_each(|job| drop(job.reply.send(Err(e.clone()))));
-                }
-            }
-        }
-        busy.stop();
-    }
-}
-
-/// The next check and those queued behind it, minus any whose caller has
-/// given up (the fallback answered it, so it must not be counted here).
-async fn next_batch(queue: &mut mpsc::Receiver<Job>) -> Option<Vec<Job>> {
-    let mut jobs = vec![queue.recv().await?];
-    while jobs.len() < MAX_BATCH {
-        match queue.try_recv() {
-            Ok(job) => jobs.push(job),
-            Err(_) => break,
-        }
-    }
-    jobs.retain(|job| !job.reply.is_closed());
-    Some(jobs)
-}
-
-/// Splits jobs into runs that share a task and a clock (only replays and
-/// refunds set one).
-fn by_clock(jobs: Vec<Job>) -> Vec<Vec<Job>> {
-    let mut groups: Vec<Vec<Job>> = Vec::new();
-    for job in jobs {
-        match groups.last_mut() {
-            Some(group) if group[0].now == job.now && group[0].task.is_check() == job.task.is_check() => {
-                group.push(job)
-            }
-            _ => groups.push(vec![job]),
-        }
-    }
-    groups
-}
-
-/// One call on the lane's connection, opened afresh if it is from before an
-/// outage or was lost.
-async fn run(
-    session: &Session,
-    slot: &mut Slot,
-    batches: &[&CheckBatch],
-    now: Option<DateTime<Utc>>,
-    tasks: &[&Task],
-) -> Result<Vec<Answer>, sqlx::Error> {
+/// Runs a lane on `conns` until every sender of `queue` is gone and every
+/// call has ended.
+pub(super) async fn lane(session: Arc<Session>, mut queue: mpsc::Receiver<Job>, conns: Vec<PgConnection>) {
     let generation = session.generation();
-    if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
-        *slot = None;
-    }
-    if slot.is_none() {
-        *slot = Some((session.open().await?, generation));
-    }
-    let Some((conn, _)) = slot.as_mut() else {
-        return Err(timed_out("connecting"));
-    };
-    let work = async {
-        match (session.routes(), tasks.first().is_none_or(|t| t.is_check())) {
-            (None, true) => statements::decide(conn, batches, now).await,
-            (Some(routes), true) => citus::decide(conn, routes, batches, now).await,
-            (Some(routes), false) => refund(conn, routes, batches, tasks).await,
-            (None, false) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+    let width = conns.len();
+    let mut idle: Vec<Slot> = conns.into_iter().map(|c| Some((c, generation))).collect();
+    let (mut waiting, mut flying) = (Waiting::default(), InFlight::default());
+    let mut calls: JoinSet<Slot> = JoinSet::new();
+    let mut open = true;
+    loop {
+        open &= waiting.receive(&mut queue, width);
+        while !idle.is_empty() {
+            let Some(jobs) = waiting.next_batch(&flying) else { break };
+            let (session, slot) = (Arc::clone(&session), idle.pop().flatten());
+            let keys: Vec<Key> = jobs.iter().flat_map(Job::keys).copied().collect();
+            let id = calls.spawn(async move { call(&session, slot, jobs).await }).id();
+            flying.start(id, keys);
         }
-    };
-    let result = match tokio::time::timeout(session.hard_limit(), work).await {
-        Ok(result) => result,
-        Err(_) => Err(timed_out("waiting for a batch")),
-    };
-    if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
-        *slot = None; // the connection's state is unknown: start afresh
+        if !open && calls.is_empty() {
+            return; // the queue is closed and drained: nothing will come
+        }
+        tokio::select! {
+            biased;
+            Some(ended) = calls.join_next_with_id() => {
+                // A call that panicked lost its connection: open a new one.
+                let (id, slot) = ended.map_or_else(|e| (e.id(), None), |(id, slot)| (id, slot));
+                flying.end(id);
+                idle.push(slot);
+            }
+            job = queue.recv(), if open && waiting.has_room(width) => match job {
+                Some(job) => waiting.push(job),
+                None => open = false,
+            },
+            else => return, // unreachable: with no call in flight, a check always goes
+        }
     }
-    result
 }
 
-/// Gives back each batch's take, one call per batch (each on one worker).
-async fn refund(
-    conn: &mut PgConnection,
-    routes: &citus::Routes,
-    batches: &[&CheckBatch],
-    tasks: &[&Task],
-) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut answers = Vec::with_capacity(batches.len());
-    for (batch, task) in batches.iter().zip(tasks) {
-        let Task::Refund(taken) = task else {
-            return Err(sqlx::Error::Protocol("a check among refunds".into()));
-        };
-        citus::refund(conn, routes, batch, taken).await?;
-        answers.push(Answer {
-            buckets: Vec::new(),
-            now: taken.now,
-            store: StoreKind::Postgres,
-            degraded: false,
-            cached: false,
-        });
+/// Checks received but not yet sent, in arrival order.
+#[derive(Default)]
+struct Waiting {
+    jobs: VecDeque<Job>,
+}
+
+impl Waiting {
+    /// Held checks wait here rather than in the queue, up to a full batch per
+    /// connection; beyond that the queue fills and callers feel it.
+    fn has_room(&self, width: usize) -> bool {
+        self.jobs.len() < MAX_BATCH * width.max(1)
     }
-    Ok(answers)
+
+    fn push(&mut self, job: Job) {
+        self.jobs.push_back(job);
+    }
+
+    /// Takes what the queue holds now; false once it is closed and empty.
+    fn receive(&mut self, queue: &mut mpsc::Receiver<Job>, width: usize) -> bool {
+        while self.has_room(width) {
+            match queue.try_recv() {
+                Ok(job) => self.jobs.push_back(job),
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+        true
+    }
+
+    /// The next call's checks: from the oldest on, each that goes with the
+    /// first and whose keys are free, minus any whose caller has given up
+    /// (the fallback answered it, so it must not be counted here). A check
+    /// held back holds back every later check that shares a key with it.
+    fn next_batch(&mut self, flying: &InFlight) -> Option<Vec<Job>> {
+        self.jobs.retain(|job| !job.reply.is_closed());
+        let mut batch: Vec<Job> = Vec::new();
+        let mut held: HashSet<Key> = HashSet::new();
+        let mut rest = VecDeque::with_capacity(self.jobs.len());
+        while let Some(job) = self.jobs.pop_front() {
+            let fits = batch.len() < MAX_BATCH && batch.first().is_none_or(|first| first.goes_with(&job));
+            if fits && job.keys().all(|k| !flying.holds(k) && !held.contains(k)) {
+                batch.push(job);
+            } else {
+                held.extend(job.keys().copied());
+                rest.push_back(job);
+            }
+        }
+        self.jobs = rest;
+        (!batch.is_empty()).then_some(batch)
+    }
+}
+
+/// The keys of the calls in flight, each counted once per call that has it.
+#[derive(Default)]
+struct InFlight {
+    keys: HashMap<Key, u32>,
+    calls: HashMap<Id, Vec<Key>>,
+}
+
+impl InFlight {
+    fn holds(&self, key: &Key) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    fn start(&mut self, id: Id, keys: Vec<Key>) {
+        for key in &keys {
+            *self.keys.entry(*key).or_default() += 1;
+        }
+        self.calls.insert(id, keys);
+    }
+
+    fn end(&mut self, id: Id) {
+        for key in self.calls.remove(&id).unwrap_or_default() {
+            if let Some(n) = self.keys.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+    }
 }

@@ -1,16 +1,18 @@
 //! Counters in PostgreSQL: exact across any number of service instances.
 //!
-//! Checks are queued to a fixed set of *lanes* ([`lane`]), each a task that
-//! owns one connection and sends the checks waiting for it as one call (see
+//! Checks are queued to a *lane* ([`lane`]), a task that owns a few
+//! connections and sends the checks waiting for it as one call (see
 //! [`statements`]): one round trip and one transaction for the whole batch,
-//! each check still decided on its own, all or nothing. The first lane takes
-//! every check while it keeps up; the others are spares for when its call
-//! stalls (see `PgStore::route`). Expired rows are deleted by a bounded
-//! background delete started on a sample of checks ([`cleanup`]), so no cron
-//! is needed.
+//! each check still decided on its own, all or nothing. It keeps a call in
+//! flight on each connection, so that commits overlap, and holds back a
+//! check only while a call in flight has one of its keys. In Citus mode there
+//! is one lane per connection, and each worker's checks go to a lane of
+//! their own. Expired rows are deleted by a bounded background delete started
+//! on a sample of checks ([`cleanup`]), so no cron is needed.
 
 mod absorb;
 mod actions;
+mod call;
 mod citus;
 mod cleanup;
 mod health;
@@ -33,7 +35,7 @@ use actions::ActionConn;
 pub use citus::Citus;
 use cleanup::Cleanup;
 use health::Health;
-use lane::{lane, Busy, Job, Task};
+use lane::{lane, Job, Task};
 use listener::Heard;
 pub use session::migrate;
 use session::{classify, Session};
@@ -41,7 +43,7 @@ use session::{classify, Session};
 /// How the Postgres store connects and cleans up.
 #[derive(Debug, Clone)]
 pub struct PgStoreOptions {
-    /// Connections, one per lane.
+    /// Connections for checks: calls in flight at once.
     pub connections: u32,
     /// The longest a caller waits for a check; every server-side limit ends
     /// before it.
@@ -60,7 +62,7 @@ pub struct PgStoreOptions {
 /// handle is dropped.
 #[derive(Clone)]
 pub struct PgStore {
-    /// One queue per lane; the first is the main lane.
+    /// One lane, or in Citus mode one per connection.
     lanes: Arc<[LaneHandle]>,
     session: Arc<Session>,
     cleanup: Arc<Cleanup>,
@@ -71,17 +73,10 @@ pub struct PgStore {
     _listening: Arc<watch::Sender<()>>,
 }
 
-/// What the router sees of a lane: its queue, and since when its current
-/// call has been running.
+/// A lane's queue.
 struct LaneHandle {
     queue: mpsc::Sender<Job>,
-    busy: Arc<Busy>,
 }
-
-/// The main lane counts as stalled (and new checks go to a spare lane) once
-/// its current call has run this long: far longer than a call takes under
-/// full load, far shorter than any timeout (docs/performance.md).
-const SPILL_AFTER: Duration = Duration::from_millis(5);
 
 impl PgStore {
     /// Connects, applies the migrations, and starts the lanes.
@@ -96,18 +91,12 @@ impl PgStore {
             let session = Arc::clone(&session);
             opening.spawn(async move { session.open().await });
         }
-        let (mut lanes, mut health_conn) = (Vec::new(), None);
+        let mut conns = Vec::new();
         while let Some(opened) = opening.join_next().await {
-            let conn = opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))??;
-            if health_conn.is_none() {
-                health_conn = Some(conn);
-                continue;
-            }
-            let (jobs, queue) = mpsc::channel(1024);
-            let busy = Arc::new(Busy::default());
-            tokio::spawn(lane(Arc::clone(&session), queue, conn, Arc::clone(&busy)));
-            lanes.push(LaneHandle { queue: jobs, busy });
+            conns.push(opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))??);
         }
+        let health_conn = conns.pop();
+        let lanes = Self::start_lanes(&session, conns);
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
         let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
         let health = Arc::new(Health::new(health_conn));
@@ -117,6 +106,21 @@ impl PgStore {
         listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
         Ok(Self { lanes: lanes.into(), session, cleanup, health, actions, heard, _listening })
+    }
+
+    /// One lane on every connection; in Citus mode, one lane per connection,
+    /// since each worker's checks go to a lane of their own.
+    fn start_lanes(session: &Arc<Session>, conns: Vec<sqlx::PgConnection>) -> Arc<[LaneHandle]> {
+        let groups: Vec<Vec<_>> = match session.routes() {
+            Some(_) => conns.into_iter().map(|conn| vec![conn]).collect(),
+            None => vec![conns],
+        };
+        let start = |conns| {
+            let (queue, jobs) = mpsc::channel(1024);
+            tokio::spawn(lane(Arc::clone(session), jobs, conns));
+            LaneHandle { queue }
+        };
+        groups.into_iter().map(start).collect()
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -135,7 +139,7 @@ impl PgStore {
         if let Some(routes) = self.session.routes() {
             return self.submit_parts(citus::split(routes, batch), batch, now).await;
         }
-        let Some(lane) = self.route(batch) else {
+        let Some(lane) = self.lanes.first() else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
         };
         Self::answer(Self::enqueue(lane, batch.clone(), now, Task::Check).await?).await
@@ -200,7 +204,8 @@ impl PgStore {
         task: Task,
     ) -> Result<oneshot::Receiver<Result<Answer, StoreError>>, StoreError> {
         let (reply, answer) = oneshot::channel();
-        if lane.queue.send(Job { batch, now, task, reply }).await.is_err() {
+        let job = Job { batch, now, task, queued: std::time::Instant::now(), reply };
+        if lane.queue.send(job).await.is_err() {
             return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
         }
         Ok(answer)
@@ -210,28 +215,6 @@ impl PgStore {
         answer
             .await
             .unwrap_or_else(|_| Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())))
-    }
-
-    /// Picks the lane for a check: the main lane unless its call has stalled
-    /// for [`SPILL_AFTER`], then a spare chosen by the check's first key.
-    ///
-    /// One lane rather than a share each, because a commit's cost is mostly
-    /// per call, not per check (its WAL flush): checks queued on one lane
-    /// make one large batch and one flush where several lanes made several
-    /// small ones. The spares keep a row lock held by some stuck transaction
-    /// from stalling the whole instance. Choosing the spare by key sends a
-    /// hot key always to the same spare, so it is not spread over all of them.
-    fn route(&self, batch: &CheckBatch) -> Option<&LaneHandle> {
-        let (main, spares) = self.lanes.split_first()?;
-        if spares.is_empty() || !main.busy.stalled(SPILL_AFTER) {
-            return Some(main);
-        }
-        let head = batch.buckets.first().map_or([0; 8], |b| {
-            let mut head = [0; 8];
-            head.copy_from_slice(&b.key[..8]);
-            head
-        });
-        spares.get((u64::from_le_bytes(head) % spares.len() as u64) as usize)
     }
 }
 

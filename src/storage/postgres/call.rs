@@ -1,0 +1,103 @@
+//! One call: a batch of checks (or Citus refunds) sent on one connection.
+//!
+//! The lane ([`super::lane`]) decides which checks go together and on which
+//! of its connections; this module sends them and answers each caller.
+
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
+use super::lane::{Job, Task};
+use super::session::{classify, timed_out, Session};
+use super::{citus, statements};
+use crate::storage::{Answer, CheckBatch, StoreKind};
+use crate::telemetry;
+
+/// A connection and the session generation it was opened in; `None` until
+/// it is (re)opened.
+pub(super) type Slot = Option<(PgConnection, u64)>;
+
+/// Decides `jobs` (all of one task kind and one clock) in one call on
+/// `slot`, answers each caller, and hands the connection back.
+pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> Slot {
+    let sent = Instant::now();
+    let batches: Vec<&CheckBatch> = jobs.iter().map(|job| &job.batch).collect();
+    let tasks: Vec<&Task> = jobs.iter().map(|job| &job.task).collect();
+    let now = jobs.first().and_then(|job| job.now);
+    let result = run(session, &mut slot, &batches, now, &tasks).await;
+    let took = sent.elapsed();
+    telemetry::db_call(took, jobs.len());
+    for job in &jobs {
+        telemetry::check_phases(sent.saturating_duration_since(job.queued), took);
+    }
+    match result {
+        Ok(answers) => jobs.into_iter().zip(answers).for_each(|(job, a)| drop(job.reply.send(Ok(a)))),
+        Err(e) => {
+            let e = classify(e);
+            jobs.into_iter().for_each(|job| drop(job.reply.send(Err(e.clone()))));
+        }
+    }
+    slot
+}
+
+/// One call on the connection, opened afresh if it is from before an outage
+/// or was lost.
+async fn run(
+    session: &Session,
+    slot: &mut Slot,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+    tasks: &[&Task],
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let generation = session.generation();
+    if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
+        *slot = None;
+    }
+    if slot.is_none() {
+        *slot = Some((session.open().await?, generation));
+    }
+    let Some((conn, _)) = slot.as_mut() else {
+        return Err(timed_out("connecting"));
+    };
+    let work = async {
+        match (session.routes(), tasks.first().is_none_or(|t| t.is_check())) {
+            (None, true) => statements::decide(conn, batches, now).await,
+            (Some(routes), true) => citus::decide(conn, routes, batches, now).await,
+            (Some(routes), false) => refund(conn, routes, batches, tasks).await,
+            (None, false) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+        }
+    };
+    let result = match tokio::time::timeout(session.hard_limit(), work).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out("waiting for a batch")),
+    };
+    if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
+        *slot = None; // the connection's state is unknown: start afresh
+    }
+    result
+}
+
+/// Gives back each batch's take, one call per batch (each on one worker).
+async fn refund(
+    conn: &mut PgConnection,
+    routes: &citus::Routes,
+    batches: &[&CheckBatch],
+    tasks: &[&Task],
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let mut answers = Vec::with_capacity(batches.len());
+    for (batch, task) in batches.iter().zip(tasks) {
+        let Task::Refund(taken) = task else {
+            return Err(sqlx::Error::Protocol("a check among refunds".into()));
+        };
+        citus::refund(conn, routes, batch, taken).await?;
+        answers.push(Answer {
+            buckets: Vec::new(),
+            now: taken.now,
+            store: StoreKind::Postgres,
+            degraded: false,
+            cached: false,
+        });
+    }
+    Ok(answers)
+}
