@@ -139,6 +139,7 @@ fn upkeep(handle: metrics_exporter_prometheus::PrometheusHandle) -> JoinHandle<(
 fn pg_options(config: &Config) -> PgStoreOptions {
     PgStoreOptions {
         connections: config.db_pool_size,
+        pipeline: config.db_pipeline,
         longest_wait: longest_wait(config.db_timeout),
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,

@@ -101,10 +101,15 @@ pub struct ServeArgs {
     /// back to memory [default: 250].
     #[arg(long, env = "PGLIMIT_DB_TIMEOUT_MS")]
     pub db_timeout_ms: Option<String>,
-    /// Connections (lanes) per instance: one main lane, the rest spares for
-    /// when it stalls [default: 4].
+    /// Connections per instance for checks: PGLIMIT_DB_PIPELINE of them with
+    /// calls in flight at once, the rest spares for when calls stall
+    /// [default: 4].
     #[arg(long, env = "PGLIMIT_DB_POOL_SIZE")]
     pub db_pool_size: Option<String>,
+    /// Calls to Postgres in flight at once, so that one commits while the
+    /// next runs; at most PGLIMIT_DB_POOL_SIZE [default: 2].
+    #[arg(long, env = "PGLIMIT_DB_PIPELINE")]
+    pub db_pipeline: Option<String>,
     /// Most keys the memory fallback holds per instance, and denials
     /// remembered [default: 100000].
     #[arg(long, env = "PGLIMIT_MEMORY_CAPACITY")]

@@ -24,6 +24,8 @@ pub struct Config {
     pub cleanup_rate: f64,
     pub db_timeout: Duration,
     pub db_pool_size: u32,
+    /// Calls in flight at once on the lane, the other connections spares.
+    pub db_pipeline: u32,
     pub memory_capacity: usize,
     /// Keep counters in an UNLOGGED table: faster writes, lost on a crash.
     pub unlogged: bool,
@@ -132,6 +134,13 @@ impl Config {
                 "4",
                 1..=1000,
                 "a number of connections from 1 to 1000",
+            )?,
+            db_pipeline: in_range(
+                &get,
+                "PGLIMIT_DB_PIPELINE",
+                "2",
+                1..=1000,
+                "a number of calls from 1 to 1000",
             )?,
             memory_capacity: in_range(
                 &get,

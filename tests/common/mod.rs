@@ -143,6 +143,7 @@ pub async fn instance(url: &str, extra: &[(&str, &str)]) -> AppState {
 pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
     let options = pglimit::storage::PgStoreOptions {
         connections: 2,
+        pipeline: 2,
         longest_wait: std::time::Duration::from_secs(5),
         cleanup_rate: 0.0,
         cleanup_batch: 1000,

@@ -6,21 +6,26 @@
 //! at once), and under load the checks that arrive while calls are in
 //! flight form the next batch.
 //!
-//! A lane has several connections and keeps a call in flight on each, so
-//! that the next batch runs while the previous one waits for its commit's
-//! WAL flush: Postgres then flushes their commits together (group commit),
-//! where one connection flushed them one after another. A check whose keys
-//! are all free goes out at once; a check that shares a key with a call in
-//! flight, or with a check held back before it, waits for that call to end,
-//! so that checks on one key are decided in the order they arrived, and a
-//! row locked by a stuck transaction holds back only the checks on it.
+//! A lane has several connections and keeps up to `depth` calls in flight
+//! (2 by default), so that the next batch runs while the previous one waits
+//! for its commit's WAL flush, where one call at a time left the server idle
+//! during every flush. More calls at once would cut the same checks into
+//! more, smaller batches, and a batch's cost is mostly per call. A call that
+//! has run for [`SPILL_AFTER`] no longer counts against the depth, so the
+//! other connections are spares: a row locked by a stuck transaction stalls
+//! only the calls on it.
+//!
+//! A check whose keys are all free goes out at once; a check that shares a
+//! key with a call in flight, or with a check held back before it, waits for
+//! that call to end, so that checks on one key are decided in the order they
+//! arrived.
 //!
 //! The connections are owned, not pooled: a pool pings a connection each
 //! time it is returned, which would double the round trips.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
@@ -33,6 +38,11 @@ use crate::storage::{Answer, CheckBatch, Key, StoreError};
 
 /// Most checks decided in one call.
 const MAX_BATCH: usize = 128;
+
+/// A call counts as stalled, and a spare connection may take the next batch,
+/// once it has run this long: far longer than a call takes under full load,
+/// far shorter than any timeout (docs/performance.md).
+const SPILL_AFTER: Duration = Duration::from_millis(5);
 
 /// A queued check: the batch of buckets, the clock to use (`None`: the
 /// database's `now()`), when it was queued, and where to send the answer.
@@ -72,18 +82,23 @@ impl Task {
     }
 }
 
-/// Runs a lane on `conns` until every sender of `queue` is gone and every
-/// call has ended.
-pub(super) async fn lane(session: Arc<Session>, mut queue: mpsc::Receiver<Job>, conns: Vec<PgConnection>) {
-    let generation = session.generation();
-    let width = conns.len();
+/// Runs a lane on `conns`, at most `depth` calls at once unless some stall,
+/// until every sender of `queue` is gone and every call has ended.
+pub(super) async fn lane(
+    session: Arc<Session>,
+    mut queue: mpsc::Receiver<Job>,
+    conns: Vec<PgConnection>,
+    depth: usize,
+) {
+    let (generation, width) = (session.generation(), conns.len());
     let mut idle: Vec<Slot> = conns.into_iter().map(|c| Some((c, generation))).collect();
     let (mut waiting, mut flying) = (Waiting::default(), InFlight::default());
     let mut calls: JoinSet<Slot> = JoinSet::new();
     let mut open = true;
     loop {
         open &= waiting.receive(&mut queue, width);
-        while !idle.is_empty() {
+        let now = Instant::now();
+        while !idle.is_empty() && flying.running(now) < depth.max(1) {
             let Some(jobs) = waiting.next_batch(&flying) else { break };
             let (session, slot) = (Arc::clone(&session), idle.pop().flatten());
             let keys: Vec<Key> = jobs.iter().flat_map(Job::keys).copied().collect();
@@ -93,6 +108,9 @@ pub(super) async fn lane(session: Arc<Session>, mut queue: mpsc::Receiver<Job>, 
         if !open && calls.is_empty() {
             return; // the queue is closed and drained: nothing will come
         }
+        // When the oldest running call will count as stalled, if a spare
+        // could then take what waits.
+        let spill = flying.next_stall(now).filter(|_| !idle.is_empty() && !waiting.jobs.is_empty());
         tokio::select! {
             biased;
             Some(ended) = calls.join_next_with_id() => {
@@ -105,8 +123,15 @@ pub(super) async fn lane(session: Arc<Session>, mut queue: mpsc::Receiver<Job>, 
                 Some(job) => waiting.push(job),
                 None => open = false,
             },
+            () = sleep_until(spill), if spill.is_some() => {}
             else => return, // unreachable: with no call in flight, a check always goes
         }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
     }
 }
 
@@ -162,11 +187,12 @@ impl Waiting {
     }
 }
 
-/// The keys of the calls in flight, each counted once per call that has it.
+/// The calls in flight: when each started, and their keys, each counted
+/// once per call that has it.
 #[derive(Default)]
 struct InFlight {
     keys: HashMap<Key, u32>,
-    calls: HashMap<Id, Vec<Key>>,
+    calls: HashMap<Id, (Instant, Vec<Key>)>,
 }
 
 impl InFlight {
@@ -174,15 +200,27 @@ impl InFlight {
         self.keys.contains_key(key)
     }
 
+    /// Calls in flight that have not yet run for [`SPILL_AFTER`].
+    fn running(&self, now: Instant) -> usize {
+        self.calls.values().filter(|(started, _)| now.duration_since(*started) < SPILL_AFTER).count()
+    }
+
+    /// When the next running call will have run for [`SPILL_AFTER`].
+    fn next_stall(&self, now: Instant) -> Option<Instant> {
+        let running = self.calls.values().filter(|(started, _)| now.duration_since(*started) < SPILL_AFTER);
+        running.map(|(started, _)| *started + SPILL_AFTER).min()
+    }
+
     fn start(&mut self, id: Id, keys: Vec<Key>) {
         for key in &keys {
             *self.keys.entry(*key).or_default() += 1;
         }
-        self.calls.insert(id, keys);
+        self.calls.insert(id, (Instant::now(), keys));
     }
 
     fn end(&mut self, id: Id) {
-        for key in self.calls.remove(&id).unwrap_or_default() {
+        let Some((_, keys)) = self.calls.remove(&id) else { return };
+        for key in keys {
             if let Some(n) = self.keys.get_mut(&key) {
                 *n -= 1;
                 if *n == 0 {

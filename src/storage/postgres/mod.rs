@@ -43,8 +43,11 @@ use session::{classify, Session};
 /// How the Postgres store connects and cleans up.
 #[derive(Debug, Clone)]
 pub struct PgStoreOptions {
-    /// Connections for checks: calls in flight at once.
+    /// Connections for checks.
     pub connections: u32,
+    /// Calls in flight at once (at most `connections`); the other
+    /// connections are spares for when calls stall.
+    pub pipeline: u32,
     /// The longest a caller waits for a check; every server-side limit ends
     /// before it.
     pub longest_wait: Duration,
@@ -96,7 +99,7 @@ impl PgStore {
             conns.push(opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))??);
         }
         let health_conn = conns.pop();
-        let lanes = Self::start_lanes(&session, conns);
+        let lanes = Self::start_lanes(&session, conns, options.pipeline);
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
         let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
         let health = Arc::new(Health::new(health_conn));
@@ -110,14 +113,14 @@ impl PgStore {
 
     /// One lane on every connection; in Citus mode, one lane per connection,
     /// since each worker's checks go to a lane of their own.
-    fn start_lanes(session: &Arc<Session>, conns: Vec<sqlx::PgConnection>) -> Arc<[LaneHandle]> {
+    fn start_lanes(session: &Arc<Session>, conns: Vec<sqlx::PgConnection>, depth: u32) -> Arc<[LaneHandle]> {
         let groups: Vec<Vec<_>> = match session.routes() {
             Some(_) => conns.into_iter().map(|conn| vec![conn]).collect(),
             None => vec![conns],
         };
         let start = |conns| {
             let (queue, jobs) = mpsc::channel(1024);
-            tokio::spawn(lane(Arc::clone(session), jobs, conns));
+            tokio::spawn(lane(Arc::clone(session), jobs, conns, depth as usize));
             LaneHandle { queue }
         };
         groups.into_iter().map(start).collect()
