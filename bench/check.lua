@@ -18,11 +18,30 @@
 --                        X-Forwarded-For: 198.51.100.<M>, N and M as in
 --                        policy mode, no body: what nginx's auth_request
 --                        sends for the policy's [forward_auth] table
+--                login:  {"policy":"login","identifiers":{"email":"u<E>@example.org",
+--                        "ip":"198.<18 + I / 65536>.<I / 256 % 256>.<I % 256>"}},
+--                        E at random of 1..BENCH_EMAILS, I of 0..BENCH_IPS - 1
+--                        (BENCH_IPS = 131072: all of 198.18.0.0/15, the range
+--                        kept for benchmarks), each pair drawn on its own
+--                contact: {"policy":"contact_confirmation","identifiers":
+--                        {"recipient":"r<R>@example.net"}}, R at random of
+--                        1..BENCH_RECIPIENTS
+--                mixed:  each request at random: 40% login and 15% contact (as
+--                        above), 30% ad hoc one-off keys (limit 100, window 1m;
+--                        the four algorithms in turn), 15% ad hoc hot keys
+--                        (hot1..hot10, limit 1000000000, window 1h)
 --   BENCH_KEYS   number of distinct keys (default 10000)
 --   BENCH_LIMIT  limit sent with every check (default 1000000000)
 --   BENCH_WINDOW window sent with every check (default 1h)
+--   BENCH_ALGORITHM  random mode: the "algorithm" sent with every check
+--                (default: none, so the fixed window)
 --   BENCH_POLICY the policy named in policy and auth modes (default "bench",
 --                bench/policies.toml)
+--   BENCH_POOL   login, contact and mixed modes: requests pre-rendered per
+--                thread, each drawn at random, then sent in order (default
+--                100000), so that none repeats while a thread sends fewer
+--   BENCH_EMAILS, BENCH_IPS, BENCH_RECIPIENTS  the identity spaces of those
+--                modes (defaults 1000000, 131072, 4000000; bench/run says why)
 --
 -- done() prints one JSON line, prefixed "WRKJSON ", that bench/run parses.
 
@@ -31,6 +50,12 @@ local nkeys = tonumber(os.getenv("BENCH_KEYS") or "10000")
 local limit = os.getenv("BENCH_LIMIT") or "1000000000"
 local window = os.getenv("BENCH_WINDOW") or "1h"
 local policy = os.getenv("BENCH_POLICY") or "bench"
+local algorithm = os.getenv("BENCH_ALGORITHM") or ""
+local pool_size = tonumber(os.getenv("BENCH_POOL") or "100000")
+local emails = tonumber(os.getenv("BENCH_EMAILS") or "1000000")
+local ips = tonumber(os.getenv("BENCH_IPS") or "131072")
+local recipients = tonumber(os.getenv("BENCH_RECIPIENTS") or "4000000")
+local pooled = mode == "login" or mode == "contact" or mode == "mixed"
 
 local headers = { ["Content-Type"] = "application/json" }
 local prefix = (mode == "deny") and "deny" or "k"
@@ -40,6 +65,9 @@ local prefix = (mode == "deny") and "deny" or "k"
 local requests = {}
 
 local function body_for(key)
+  if algorithm ~= "" then
+    return string.format('{"key":"%s","limit":%s,"window":"%s","algorithm":"%s"}', key, limit, window, algorithm)
+  end
   return string.format('{"key":"%s","limit":%s,"window":"%s"}', key, limit, window)
 end
 
@@ -58,6 +86,59 @@ local function auth_request_for(n)
   return wrk.format("GET", "/auth/" .. policy, auth_headers, nil)
 end
 
+-- Login mode: a random email and a random address of their spaces.
+local function login_body()
+  local i = math.random(0, ips - 1)
+  return string.format('{"policy":"login","identifiers":{"email":"u%d@example.org","ip":"198.%d.%d.%d"}}',
+    math.random(emails), 18 + math.floor(i / 65536), math.floor(i / 256) % 256, i % 256)
+end
+
+local function contact_body()
+  return string.format('{"policy":"contact_confirmation","identifiers":{"recipient":"r%d@example.net"}}',
+    math.random(recipients))
+end
+
+local algorithms = { "fixed_window", "sliding_window", "sliding_log", "token_bucket" }
+local one_off = 0
+
+-- Mixed mode: one request of the mix; one-off keys carry the thread's tag so
+-- that no other thread or run sends them.
+local function mixed_body(tag)
+  local r = math.random()
+  if r < 0.40 then
+    return login_body()
+  elseif r < 0.55 then
+    return contact_body()
+  elseif r < 0.85 then
+    one_off = one_off + 1
+    return string.format('{"key":"once-%s-%d","limit":100,"window":"1m","algorithm":"%s"}',
+      tag, one_off, algorithms[one_off % 4 + 1])
+  end
+  return string.format('{"key":"hot%d","limit":1000000000,"window":"1h"}', math.random(10))
+end
+
+-- A seed from the kernel: two runs started in the same second must not
+-- draw the same identities.
+local function urandom_seed()
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f:read(4)
+  f:close()
+  local b1, b2, b3, b4 = bytes:byte(1, 4)
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
+local pool_bodies = { login = login_body, contact = contact_body, mixed = mixed_body }
+
+local function fill_pool()
+  local seed = urandom_seed()
+  math.randomseed(seed)
+  local tag = string.format("%08x", seed)
+  local body = pool_bodies[mode]
+  for i = 1, pool_size do
+    requests[i] = wrk.format("POST", "/check", headers, body(tag))
+  end
+end
+
 local next_id = 0
 function setup(thread)
   next_id = next_id + 1
@@ -66,7 +147,9 @@ end
 
 function init(args)
   math.randomseed(os.time() * 1000 + (thread_id or 0) * 7919)
-  if mode == "hot" then
+  if pooled then
+    fill_pool()
+  elseif mode == "hot" then
     requests[1] = wrk.format("POST", "/check", headers, body_for("hot"))
   elseif mode == "policy" then
     for i = 1, nkeys do
@@ -83,9 +166,15 @@ function init(args)
   end
 end
 
+local cursor = 0
+
 function request()
   if mode == "hot" then
     return requests[1]
+  end
+  if pooled then
+    cursor = cursor % pool_size + 1
+    return requests[cursor]
   end
   return requests[math.random(nkeys)]
 end

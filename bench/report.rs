@@ -20,10 +20,19 @@
 //! scenario (issue 12's budget; information only, never a failure). Then
 //! behind a proxy: the `bench` policy through forward-auth and Envoy's gRPC
 //! protocol against `/check`'s policy form, requests/s and p99 (proxies.rs).
+//! Then issue 16's: policies and algorithms (policies.rs), the concurrency
+//! curve, whose chart data it writes to the meta's `curve_tsv` (curve.rs),
+//! and the targets (targets.rs).
 
-// A module of its own, so that this file does not grow further.
+// Modules of their own, so that this file does not grow further.
+#[path = "report/curve.rs"]
+mod curve;
+#[path = "report/policies.rs"]
+mod policies;
 #[path = "report/proxies.rs"]
 mod proxies;
+#[path = "report/targets.rs"]
+mod targets;
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -51,17 +60,26 @@ fn is_pglimit(system: &str) -> bool {
     matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
 }
 
-const SCENARIOS: [(&str, &str); 7] = [
+const SCENARIOS: [(&str, &str); 14] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
     ("allow-policy", "allow, policy form (2 buckets)"),
     // The policy form's policy and identifiers behind a proxy (pglimit only).
     ("allow-auth", "allow, forward-auth `GET /auth/bench` (2 buckets)"),
     ("allow-grpc", "allow, gRPC `ShouldRateLimit` (2 buckets)"),
+    // Issue 16's (pglimit, its twins, and raw Postgres' login transaction).
+    ("allow-login", "allow, `login` policy (3 buckets), random identities"),
+    ("allow-contact", "allow, `contact_confirmation` policy, random recipients"),
+    ("mixed", "mixed: login, contact, one-off keys over 4 algorithms, hot keys"),
+    ("allow-sliding_window", "allow, random keys (10,000), sliding window"),
+    ("allow-sliding_log", "allow, random keys (10,000), sliding log"),
+    ("allow-token_bucket", "allow, random keys (10,000), token bucket"),
+    // Points of the concurrency curve off the table's client counts (curve.rs).
+    ("curve", "allow, random keys (10,000), curve point"),
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
 ];
-const SYSTEMS: [(&str, &str); 8] = [
+const SYSTEMS: [(&str, &str); 9] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
@@ -74,7 +92,13 @@ const SYSTEMS: [(&str, &str); 8] = [
     ("baseline", "pglimit (baseline)"),
     ("rlflex", "rate-limiter-flexible (Node, pg)"),
     ("runlimit", "runlimit-postgres (Rust, sqlx)"),
+    ("seed", "seed service (axum + SQLx, one upsert)"),
 ];
+
+/// A scenario's label in the tables.
+fn scenario_label(id: &str) -> &str {
+    SCENARIOS.iter().find(|(k, _)| *k == id).map_or(id, |(_, v)| v)
+}
 
 struct Record {
     system: String,
@@ -84,6 +108,10 @@ struct Record {
     rps: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Answers other than 2xx/3xx, as wrk counts them.
+    status_errors: f64,
+    /// CPU µs per request of the server process.
+    service_us: f64,
     statements: f64,
     per_decision: f64,
     exec_ms_per_statement: f64,
@@ -152,6 +180,8 @@ fn record(problems: Vec<String>) -> Record {
         rps: NAN,
         p50_us: NAN,
         p99_us: NAN,
+        status_errors: NAN,
+        service_us: NAN,
         statements: NAN,
         per_decision: NAN,
         exec_ms_per_statement: NAN,
@@ -237,6 +267,7 @@ fn wrk_record(dir: &Path, system: &str) -> Record {
     record.rps = requests / (field("duration_us") / 1e6);
     record.p50_us = field("lat_p50_us");
     record.p99_us = field("lat_p99_us");
+    record.status_errors = field("status_errors");
     record
 }
 
@@ -379,6 +410,10 @@ fn main() -> ExitCode {
         eprintln!("bench/run: cannot write {out_file}: {e}");
         return ExitCode::FAILURE;
     }
+    if let Err(e) = curve::write_data(&records, &meta) {
+        eprintln!("bench/run: cannot write the curve's data: {e}");
+        return ExitCode::FAILURE;
+    }
     print!("{report}");
     let failed = records.iter().filter(|r| !r.problems.is_empty()).count();
     let missing = missing(&records, &meta);
@@ -409,13 +444,16 @@ fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
         .map(str::to_string)
         .collect();
     missing.extend(proxies::missing(records));
+    missing.extend(policies::missing(records));
+    missing.extend(curve::missing(records, meta));
     let twins =
         if with_baseline { &["pglimit-nometrics", "baseline"][..] } else { &["pglimit-nometrics"][..] };
     // The proxy scenarios are pglimit's alone: no twin is measured for them.
     let checks = records.iter().filter(|r| !proxies::SCENARIOS.contains(&r.scenario.as_str()));
     for r in checks.filter(|r| r.system == "pglimit") {
         let actions = ACTIONS_SCENARIOS.contains(&r.scenario.as_str()).then_some("pglimit-actions");
-        for twin in twins.iter().copied().chain(actions) {
+        let twins = twins.iter().copied().filter(|twin| policies::twin_measures(twin, &r.scenario));
+        for twin in twins.chain(actions) {
             let found = records
                 .iter()
                 .any(|t| t.system == *twin && t.scenario == r.scenario && t.concurrency == r.concurrency);
@@ -501,6 +539,7 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
         record.per_decision = if record.requests > 0.0 { statements / record.requests } else { NAN };
         record.exec_ms_per_statement = if statements > 0.0 { exec_ms / statements } else { NAN };
         record.cpu = cpu_per_request(&read(&dir, "cpu"), record.requests, clk_tck);
+        record.service_us = targets::service_us(&read(&dir, "cpu"), record.requests, clk_tck);
         // Every step must have produced numbers.
         for (name, value) in [
             ("requests", record.requests),
@@ -552,17 +591,18 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
         format!(
             "| system | scenario | clients | requests/s | p50 ms | p99 ms | statements / decision \
              | Postgres ms / statement {metrics_off_head}{baseline_head}| × raw Postgres | × HTTP ceiling \
-             | × rate-limiter-flexible | × runlimit-postgres | CPU µs / request: service · Postgres · rest \
-             | check |"
+             | × rate-limiter-flexible | × runlimit-postgres | × seed service \
+             | CPU µs / request: service · Postgres · rest | check |"
         ),
         format!(
-            "|---|---|---:|---:|---:|---:|---:|---:|{metrics_off_rule}{baseline_rule}---:|---:|---:|---:|---:|---|"
+            "|---|---|---:|---:|---:|---:|---:|---:|{metrics_off_rule}{baseline_rule}---:|---:|---:|---:|---:|---:|---|"
         ),
     ];
-    for r in records {
+    // The curve's own points have a table of their own (curve.rs).
+    for r in records.iter().filter(|r| r.scenario != curve::SCENARIO) {
         let (system, scenario, conc) = (r.system.as_str(), r.scenario.as_str(), r.concurrency);
-        let http = is_pglimit(system) || matches!(system, "rlflex" | "runlimit");
-        let raw_shape = matches!(scenario, "allow-random" | "allow-hot");
+        let http = is_pglimit(system) || matches!(system, "rlflex" | "runlimit" | "seed");
+        let raw_shape = matches!(scenario, "allow-random" | "allow-hot" | "allow-login");
         let vs_raw = if http && raw_shape { ratio(r, find("raw-pg", scenario, conc)) } else { String::new() };
         // The ceiling speaks HTTP/1.1 and JSON, not gRPC.
         let vs_ceiling = if http && scenario != "allow-grpc" {
@@ -572,12 +612,14 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
         };
         let mut vs_peer = String::new();
         let mut vs_runlimit = String::new();
+        let mut vs_seed = String::new();
         let mut vs_metrics_off = String::new();
         let mut vs_baseline = String::new();
         if system == "pglimit" {
             vs_metrics_off = ratio(r, find("pglimit-nometrics", scenario, conc));
             vs_baseline = ratio(r, find("baseline", scenario, conc));
             vs_runlimit = ratio(r, find("runlimit", scenario, conc));
+            vs_seed = ratio(r, find("seed", scenario, conc));
             vs_peer = ratio(r, find("rlflex", scenario, conc));
             if scenario == "deny" {
                 let block = ratio(r, find("rlflex", "deny-inmemory-block", conc));
@@ -608,7 +650,7 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
         rows.push(format!(
             "| {label} | {} | {} | {} | {} | {} | {per_decision} | {exec} | {vs_metrics_off}{vs_baseline}{vs_raw} \
              | {vs_ceiling} \
-             | {vs_peer} | {vs_runlimit} | {} | {check} |",
+             | {vs_peer} | {vs_runlimit} | {vs_seed} | {} | {check} |",
             name(&SCENARIOS, scenario),
             js_number(conc),
             int(r.rps),
@@ -850,6 +892,13 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("runlimit_sqlx")
         ),
         format!(
+            "- Seed service: the seed design as a service, axum {} and an SQLx {} pool of 32 (no test before \
+             acquire), one reference upsert per check on SHA-256 of the key, admitted while the count is at most \
+             the limit, in a database of its own (`seed`), release build (`bench/peer-seed/`)",
+            m("seed_axum"),
+            m("seed_sqlx")
+        ),
+        format!(
             "- Load: wrk {} with `bench/check.lua`{}, load generator, server and Postgres on the same machine",
             m("wrk"),
             if records.iter().any(|r| r.scenario == "allow-grpc") {
@@ -889,12 +938,19 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     if let Some(table) = proxies::against_check(records) {
         lines.extend([proxies::INTRO.to_string(), String::new(), table, String::new()]);
     }
+    if let Some(table) = policies::table(records) {
+        lines.extend([policies::INTRO.to_string(), String::new(), table, String::new()]);
+    }
+    if let Some(table) = curve::table(records, &curve::points(meta)) {
+        lines.extend([curve::intro(meta), String::new(), table, String::new()]);
+    }
     lines.push(format!(
         "- Peak RSS (VmHWM) of pglimit over all its measurements: {}; \
-         of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}.",
+         of the rate-limiter-flexible server: {}; of the runlimit-postgres server: {}; of the seed service: {}.",
         mib(meta.get("pglimit_rss_kib")),
         mib(meta.get("rlflex_rss_kib")),
-        mib(meta.get("runlimit_rss_kib"))
+        mib(meta.get("runlimit_rss_kib")),
+        mib(meta.get("seed_rss_kib"))
     ));
     if metrics_off {
         lines.push(format!(
@@ -965,6 +1021,12 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     if records.iter().any(|r| proxies::SCENARIOS.contains(&r.scenario.as_str())) {
         writeln!(report, "{}", proxies::HOW_TO_READ).expect("a String");
     }
+    if records.iter().any(|r| policies::SCENARIOS.contains(&r.scenario.as_str())) {
+        writeln!(report, "{}", policies::how_to_read(meta)).expect("a String");
+    }
+    if !curve::points(meta).is_empty() {
+        writeln!(report, "{}", curve::HOW_TO_READ).expect("a String");
+    }
     if let Some(rev) = baseline {
         let after = match (metrics_off, actions) {
             (_, true) => "pglimit and its metrics-off and blocks-and-overrides runs",
@@ -997,6 +1059,7 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
         )
         .expect("a String");
     }
+    writeln!(report, "\n{}\n\n{}", targets::INTRO, targets::table(records, meta)).expect("a String");
     report
 }
 

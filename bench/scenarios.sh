@@ -1,0 +1,194 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # its settings are read by bench/run
+# Sourced by bench/run, whose settings and functions it uses: issue 16's
+# scenarios (pglimit's policies and algorithms, their raw baseline, the
+# concurrency curve) and the seed service, kept apart so that run stays
+# readable.
+
+# --- settings ----------------------------------------------------------------
+
+# The identity spaces of the login and contact scenarios (check.lua's login,
+# contact and mixed modes, and bench/pgbench/login.sql), each big enough that
+# at 20k checks/s under 1% of checks are denied (Poisson arrivals: a bucket of
+# limit L whose key expects m checks in one window denies E[(X - L)+] / m):
+# - IPs: all of 198.18.0.0/15 (kept for benchmarks), 131,072 addresses. The
+#   ip bucket's window is 1 minute, which at 20k/s holds at most 1.2M checks:
+#   9.2 per address against a limit of 20, so 0.01% denied, however long the
+#   run.
+# - emails: 1,000,000. The email bucket's window is 15 minutes, at most 18M
+#   checks: 18 per email against 50, about 1e-11 denied; an email and an
+#   address (limit 5 a minute) meet about 1e-5 times a minute.
+# - recipients: 4,000,000. Their window is a day, longer than any run, so it
+#   is the run's length that counts: a default run has 24 s of allow-contact
+#   (2 client counts, warm-up included) and 15% of 24 s of the mix, 552k
+#   checks at 20k/s, 0.14 per recipient against a limit of 3: 0.01% denied
+#   (0.99% for BENCH_SECONDS=60).
+# Those of the login policy also see the mix's 40%, already counted above.
+LOGIN_EMAILS=1000000
+LOGIN_IPS=131072
+CONTACT_RECIPIENTS=4000000
+# Requests/s at which the pools of pre-rendered requests stop repeating (see
+# load, and BENCH_POOL in check.lua).
+POOL_RATE=20000
+
+POLICY_SCENARIOS="allow-login allow-contact mixed"
+ALGORITHM_SCENARIOS="allow-sliding_window allow-sliding_log allow-token_bucket"
+if [ "$SMOKE" = 1 ]; then
+    CURVE=${BENCH_CURVE:-"1 8"}
+else
+    CURVE=${BENCH_CURVE:-"1 2 4 8 16 32 64"}
+fi
+for c in $CURVE; do
+    [ "$c" -ge 1 ] 2>/dev/null || die "BENCH_CURVE: $c is not a client count"
+done
+
+# --- helpers -----------------------------------------------------------------
+
+# wrk threads and pgbench -j for CONC clients: at most one thread per client.
+threads_for() {
+    if [ "$1" -lt "$THREADS" ]; then echo "$1"; else echo "$THREADS"; fi
+}
+
+# The curve's points that the main table's client counts do not measure
+# already (those reuse the allow-random measurements).
+curve_extra_points() {
+    local c
+    for c in $CURVE; do
+        case " $CONCURRENCY " in *" $c "*) ;; *) echo "$c" ;; esac
+    done
+}
+
+# Sets the check.lua mode (MODE), algorithm (ALGORITHM) and ad hoc limit
+# (LIMIT) of SCENARIO, one of issue 16's; returns 1 for the others.
+new_scenario_mode() {
+    ALGORITHM="" LIMIT=1000000000
+    case $1 in
+        allow-login) MODE=login ;;
+        allow-contact) MODE=contact ;;
+        mixed) MODE=mixed ;;
+        allow-sliding_window | allow-token_bucket) MODE=random ALGORITHM=${1#allow-} ;;
+        # A log keeps one timestamp per admitted check: pglimit caps its limit
+        # at 1,000, which a run's 10,000 keys stay far below.
+        allow-sliding_log) MODE=random ALGORITHM=sliding_log LIMIT=1000 ;;
+        curve) MODE=random ;;
+        *) return 1 ;;
+    esac
+}
+
+# The probe body of MODE after a measurement numbered SEQ: identities of
+# their own, so that no probe is denied for an earlier one (the contact limit
+# is 3 a day). Prints nothing for the modes run handles itself.
+new_probe_body() {
+    case $1 in
+        login | mixed)
+            echo "{\"policy\":\"login\",\"identifiers\":{\"email\":\"probe$SEQ@example.org\",\"ip\":\"198.18.0.1\"}}" ;;
+        contact)
+            echo "{\"policy\":\"contact_confirmation\",\"identifiers\":{\"recipient\":\"probe$SEQ@example.net\"}}" ;;
+        random)
+            if [ -n "$ALGORITHM" ]; then
+                echo "{\"key\":\"k1\",\"limit\":$LIMIT,\"window\":\"1h\",\"algorithm\":\"$ALGORITHM\"}"
+            fi
+            ;;
+    esac
+}
+
+# pgbench's script and variables for SCENARIO with NKEYS random keys.
+pgbench_script_args() {
+    if [ "$1" = allow-login ]; then
+        echo "-D emails=$LOGIN_EMAILS -D ips=$LOGIN_IPS -f bench/pgbench/login.sql"
+    else
+        echo "-D nkeys=$2 -f bench/pgbench/upsert.sql"
+    fi
+}
+
+# --- measurements ------------------------------------------------------------
+
+# pglimit's (or its twins') issue 16 scenarios at every client count.
+# SCENARIOS: which (default all of them).
+run_new_scenarios() {
+    local system=$1 url=$2 scenarios=${3:-"$POLICY_SCENARIOS $ALGORITHM_SCENARIOS"} c s
+    for c in $CONCURRENCY; do
+        for s in $scenarios; do
+            run_wrk "$system" "$s" "$c" "$url" 200
+        done
+    done
+}
+
+# SYSTEM's allow path on random keys at the curve's points not measured yet
+# (the server at URL; raw-pg: pgbench).
+run_curve() {
+    local system=$1 url=${2:-} c
+    for c in $(curve_extra_points); do
+        if [ "$system" = raw-pg ]; then
+            run_pgbench curve "$RANDOM_KEYS" "$c"
+        else
+            run_wrk "$system" curve "$c" "$url" 200
+        fi
+    done
+}
+
+# The seed service (bench/peer-seed/) in its database: the main table's
+# scenarios, then the curve. Leaves its peak RSS in SEED_RSS.
+run_seed() {
+    local port="" c s pid
+    free_port port
+    start "$WORK/seed.log" env DATABASE_URL="$SEED_URL" PEER_BIND="127.0.0.1:$port" "$SEED_BIN"
+    pid=$STARTED
+    wait_http "http://127.0.0.1:$port/healthz" "$pid" "$WORK/seed.log"
+    prefill_deny "http://127.0.0.1:$port"
+    STATS_DB=seed
+    for c in $CONCURRENCY; do
+        for s in allow-random allow-hot; do
+            run_wrk seed "$s" "$c" "http://127.0.0.1:$port" 200
+        done
+        run_wrk seed deny "$c" "http://127.0.0.1:$port" 429
+    done
+    run_curve seed "http://127.0.0.1:$port"
+    STATS_DB=bench
+    SEED_RSS=$(peak_rss_kib "$pid")
+    stop "$pid"
+}
+
+# --- builds and checks -------------------------------------------------------
+
+# The seed service and the chart, each its own Cargo project (like the
+# runlimit peer): binaries copied to SEED_BIN and CHART_BIN.
+build_seed_and_chart() {
+    local project
+    for project in peer-seed chart; do
+        log "building bench/$project (cargo build --release)"
+        cargo build --release --locked --quiet --manifest-path "bench/$project/Cargo.toml" \
+            --target-dir "$TARGET_DIR/$project"
+    done
+    [ -x "$TARGET_DIR/peer-seed/release/peer-seed" ] || die "the seed service was not found after the build"
+    [ -x "$TARGET_DIR/chart/release/bench-chart" ] || die "the chart program was not found after the build"
+    SEED_BIN=$WORK/bin/peer-seed
+    CHART_BIN=$WORK/bin/bench-chart
+    cp "$TARGET_DIR/peer-seed/release/peer-seed" "$SEED_BIN"
+    cp "$TARGET_DIR/chart/release/bench-chart" "$CHART_BIN"
+    # The chart's font (ab_glyph reads a TTF; no fontconfig, no X).
+    CHART_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+    [ -f "$CHART_FONT" ] || apt_install fonts-dejavu-core
+    [ -f "$CHART_FONT" ] || die "$CHART_FONT still missing after installing fonts-dejavu-core"
+}
+
+# bench/policies.toml must hold the login and contact_confirmation policies
+# of policies.default.toml byte for byte (from the login's comment to the
+# end of that file), so that those scenarios measure the shipped policies.
+check_policy_copies() {
+    local shipped mine
+    shipped=$(sed -n '/^# Login: three buckets/,$p' policies.default.toml)
+    mine=$(cat bench/policies.toml)
+    [ -n "$shipped" ] || die "policies.default.toml: no '# Login: three buckets' line to copy from"
+    [[ $mine == *"$shipped"* ]] ||
+        die "bench/policies.toml must hold policies.default.toml's login and contact_confirmation policies byte for byte"
+}
+
+# Draws the curve the report wrote to DATA into PNG.
+draw_curve() {
+    local data=$1 png=$2
+    [ -s "$data" ] || die "the report wrote no curve data"
+    BENCH_CHART_FONT=$CHART_FONT "$CHART_BIN" "$data" "$png" \
+        "pglimit and its peers: allow path, random keys (bench/run, $(date -u +%Y-%m-%d))" ||
+        die "the chart was not drawn"
+}
