@@ -27,6 +27,8 @@
 // Modules of their own, so that this file does not grow further.
 #[path = "report/curve.rs"]
 mod curve;
+#[path = "report/phases.rs"]
+mod phases;
 #[path = "report/policies.rs"]
 mod policies;
 #[path = "report/proxies.rs"]
@@ -108,6 +110,10 @@ struct Record {
     rps: f64,
     p50_us: f64,
     p99_us: f64,
+    /// wrk's mean latency.
+    mean_us: f64,
+    /// pglimit's phases, from its `/metrics`.
+    phases: Option<phases::Phases>,
     /// Answers other than 2xx/3xx, as wrk counts them.
     status_errors: f64,
     /// CPU µs per request of the server process.
@@ -180,6 +186,8 @@ fn record(problems: Vec<String>) -> Record {
         rps: NAN,
         p50_us: NAN,
         p99_us: NAN,
+        mean_us: NAN,
+        phases: None,
         status_errors: NAN,
         service_us: NAN,
         statements: NAN,
@@ -267,6 +275,7 @@ fn wrk_record(dir: &Path, system: &str) -> Record {
     record.rps = requests / (field("duration_us") / 1e6);
     record.p50_us = field("lat_p50_us");
     record.p99_us = field("lat_p99_us");
+    record.mean_us = field("lat_mean_us");
     record.status_errors = field("status_errors");
     record
 }
@@ -540,6 +549,7 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
         record.exec_ms_per_statement = if statements > 0.0 { exec_ms / statements } else { NAN };
         record.cpu = cpu_per_request(&read(&dir, "cpu"), record.requests, clk_tck);
         record.service_us = targets::service_us(&read(&dir, "cpu"), record.requests, clk_tck);
+        record.phases = phases::read(&dir);
         // Every step must have produced numbers.
         for (name, value) in [
             ("requests", record.requests),
@@ -941,6 +951,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     if let Some(table) = policies::table(records) {
         lines.extend([policies::INTRO.to_string(), String::new(), table, String::new()]);
     }
+    if let Some(table) = phases::table(records) {
+        lines.extend([phases::INTRO.to_string(), String::new(), table, String::new()]);
+    }
     if let Some(table) = curve::table(records, &curve::points(meta)) {
         lines.extend([curve::intro(meta), String::new(), table, String::new()]);
     }
@@ -1023,6 +1036,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     }
     if records.iter().any(|r| policies::SCENARIOS.contains(&r.scenario.as_str())) {
         writeln!(report, "{}", policies::how_to_read(meta)).expect("a String");
+    }
+    if records.iter().any(|r| r.phases.is_some()) {
+        writeln!(report, "{}", phases::HOW_TO_READ).expect("a String");
     }
     if !curve::points(meta).is_empty() {
         writeln!(report, "{}", curve::HOW_TO_READ).expect("a String");

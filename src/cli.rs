@@ -107,7 +107,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PGLIMIT_DB_POOL_SIZE")]
     pub db_pool_size: Option<String>,
     /// Calls to Postgres in flight at once, so that one commits while the
-    /// next runs; at most PGLIMIT_DB_POOL_SIZE [default: 2].
+    /// next runs; at most PGLIMIT_DB_POOL_SIZE [default: 1].
     #[arg(long, env = "PGLIMIT_DB_PIPELINE")]
     pub db_pipeline: Option<String>,
     /// Most keys the memory fallback holds per instance, and denials

@@ -138,7 +138,7 @@ impl Config {
             db_pipeline: in_range(
                 &get,
                 "PGLIMIT_DB_PIPELINE",
-                "2",
+                "1",
                 1..=1000,
                 "a number of calls from 1 to 1000",
             )?,

@@ -29,10 +29,10 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
         let (app, stuck) = (app.clone(), stuck.clone());
         tokio::spawn(async move { check(&app, stuck).await })
     };
-    // Give the stuck check time to reach its row, so that its lane counts
+    // Give the stuck check time to reach its row, so that its call counts
     // as stalled (checks batched with it share its fate: see docs/reliability.md).
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    // Unrelated keys go around the stalled lane: decided by Postgres, every
+    // Unrelated keys go around the stalled call: decided by Postgres, every
     // one of them while the stuck check is still waiting for its lock.
     for i in 0..40 {
         let reply = check(&app, json!({ "key": format!("free-{i}"), "limit": 5, "window": "1h" })).await;
@@ -98,7 +98,7 @@ async fn sleeping_backends(pool: &sqlx::PgPool) -> i64 {
 }
 
 /// Waits until the slow check sleeps on the server, and a little longer so
-/// that its lane counts as stalled (checks queued behind it within those
+/// that its call counts as stalled (checks queued behind it within those
 /// 5 ms would share its fate: see docs/reliability.md).
 async fn wait_until_sleeping(pool: &sqlx::PgPool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -161,7 +161,7 @@ async fn slow_statement_is_cancelled_before_its_caller_gives_up(timeout_ms: u64)
         tokio::spawn(async move { check(&app, json!({ "key": "slow", "limit": 100, "window": "1h" })).await })
     };
     wait_until_sleeping(&pool).await;
-    // Other keys go around the stalled lane, and their answers are the
+    // Other keys go around the stalled call, and their answers are the
     // progress that tells the fallback Postgres is alive, not away.
     let others = check_others_until(&app, &slow).await;
     let reply = slow.await.unwrap();

@@ -7,13 +7,13 @@
 //! flight form the next batch.
 //!
 //! A lane has several connections and keeps up to `depth` calls in flight
-//! (2 by default), so that the next batch runs while the previous one waits
-//! for its commit's WAL flush, where one call at a time left the server idle
-//! during every flush. More calls at once would cut the same checks into
-//! more, smaller batches, and a batch's cost is mostly per call. A call that
-//! has run for [`SPILL_AFTER`] no longer counts against the depth, so the
-//! other connections are spares: a row locked by a stuck transaction stalls
-//! only the calls on it.
+//! (`PGLIMIT_DB_PIPELINE`), so that the next batch can run while the
+//! previous one waits for its commit's WAL flush. One at a time is the
+//! default: more calls cut the same checks into more, smaller batches, a
+//! batch's cost is mostly per call, and the flushes queue on the disk anyway
+//! (docs/performance.md). A call that has run for [`SPILL_AFTER`] no longer
+//! counts against the depth, so the other connections are spares: a row
+//! locked by a stuck transaction stalls only the calls on it.
 //!
 //! A check whose keys are all free goes out at once; a check that shares a
 //! key with a call in flight, or with a check held back before it, waits for

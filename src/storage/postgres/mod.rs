@@ -108,7 +108,7 @@ impl PgStore {
         let (listening, closed) = watch::channel(());
         listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
-        Ok(Self { lanes: lanes.into(), session, cleanup, health, actions, heard, _listening })
+        Ok(Self { lanes, session, cleanup, health, actions, heard, _listening })
     }
 
     /// One lane on every connection; in Citus mode, one lane per connection,
