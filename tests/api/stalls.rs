@@ -29,9 +29,10 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
         let (app, stuck) = (app.clone(), stuck.clone());
         tokio::spawn(async move { check(&app, stuck).await })
     };
-    // Give the stuck check time to reach its row, so that its call counts
-    // as stalled (checks batched with it share its fate: see docs/reliability.md).
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Wait until the stuck check waits for its row lock on the server: a
+    // check sent before then could be batched with it and share its fate
+    // (docs/reliability.md). A fixed pause lost that race on a busy machine.
+    wait_until_waiting_for_a_lock(&pool).await;
     // Unrelated keys go around the stalled call: decided by Postgres, every
     // one of them while the stuck check is still waiting for its lock.
     for i in 0..40 {
@@ -65,6 +66,17 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     let reply = check(&app, stuck).await;
     assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
     assert_eq!(reply.body["remaining"], 98, "{}", reply.body);
+}
+
+/// Waits until a backend of this database waits for a row lock.
+async fn wait_until_waiting_for_a_lock(pool: &sqlx::PgPool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    while sqlx::query_as::<_, (i64,)>(waiting).fetch_one(pool).await.expect("pg_stat_activity").0 == 0 {
+        assert!(std::time::Instant::now() < deadline, "the stuck check never reached its row");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// Makes every write of the row `key` sleep on the server for a minute: a
