@@ -833,8 +833,8 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             m("postgres")
         ),
         format!(
-            "- pglimit {}, {}, release build, default settings (4 lanes: one main, three spares; \
-             cleanup rate 0.01)",
+            "- pglimit {}, {}, release build, default settings (4 connections, one call \
+             in flight, the rest spares for stalls; cleanup rate 0.01)",
             m("commit"),
             m("rustc")
         ),
