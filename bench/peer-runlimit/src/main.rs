@@ -39,14 +39,14 @@ use axum::{
     body::Bytes,
     extract::State,
     http::StatusCode,
-    response::{IntoResponse, Response},
+    response::Response,
     routing::{get, post},
     Json, Router,
 };
 use runlimit_core::{Check, DecisionView, FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
 const DEFAULT_SECRET: &str = "peer-runlimit-bench-secret-0123456789abcdef";
@@ -74,24 +74,9 @@ struct Peer {
     scope_id: ScopeId,
 }
 
-/// "1h", "60s", "500ms": what check.lua and the other peer accept.
-fn parse_window(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    Some(Duration::from_millis(number.parse::<u64>().ok()?.checked_mul(millis)?))
-}
-
-fn reply(status: StatusCode, body: Value) -> Response {
-    (status, Json(body)).into_response()
-}
+#[path = "../../peer-common.rs"]
+mod common;
+use common::{parse_window, reply};
 
 async fn check(State(peer): State<Arc<Peer>>, body: Bytes) -> Response {
     let invalid = || reply(StatusCode::BAD_REQUEST, json!({"error": "invalid-field"}));

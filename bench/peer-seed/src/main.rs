@@ -22,18 +22,16 @@
 //! defaults but `test_before_acquire`, off so that a check costs one round
 //! trip, the upsert, as a pgbench transaction of the reference does.
 
-use std::time::Duration;
-
 use axum::{
     body::Bytes,
     extract::State,
     http::StatusCode,
-    response::{IntoResponse, Response},
+    response::Response,
     routing::{get, post},
     Json, Router,
 };
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::{postgres::PgPoolOptions, PgPool};
 
 /// bench/pgbench/schema.sql's table.
@@ -61,24 +59,9 @@ struct CheckBody {
     window: String,
 }
 
-/// "1h", "60s", "500ms": what check.lua and the other peers accept.
-fn parse_window(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    Some(Duration::from_millis(number.parse::<u64>().ok()?.checked_mul(millis)?))
-}
-
-fn reply(status: StatusCode, body: Value) -> Response {
-    (status, Json(body)).into_response()
-}
+#[path = "../../peer-common.rs"]
+mod common;
+use common::{parse_window, reply};
 
 async fn check(State(pool): State<PgPool>, body: Bytes) -> Response {
     let Ok(request) = serde_json::from_slice::<CheckBody>(&body) else {
