@@ -8,6 +8,7 @@ mod common;
 mod actions;
 mod adhoc;
 mod algorithms;
+mod batch_functions;
 mod cleanup;
 mod concurrency;
 mod errors;

@@ -1,6 +1,6 @@
-//! The two statements a lane sends, their parameters and their rows. Both
-//! decide a batch of checks in one round trip and one transaction, and
-//! answer one [`Row`] per bucket.
+//! The statements a lane sends, their parameters and their rows. Each
+//! decides a batch of checks in one round trip and one transaction, and
+//! answers one [`Row`] per bucket.
 
 use std::collections::HashSet;
 
@@ -14,6 +14,10 @@ use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 /// shared between checks (a hot key). See `pglimit_check_batch` in
 /// `migrations/`.
 const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// The same for a batch in which no key appears twice, decided set-based
+/// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
+const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The same for buckets on one worker, in Citus mode (see `citus/`): $10 is
 /// the route Citus sends the call by, $11 each bucket's route.
@@ -103,8 +107,10 @@ pub(super) async fn decide(
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let mut rows = if fixed_window_upsert_applies(batches) {
         fixed_window_upsert(conn, batches, now).await?
+    } else if keys_distinct(batches) {
+        check_batch(conn, batches, now, Route::Distinct).await?
     } else {
-        check_batch(conn, batches, now, None).await?
+        check_batch(conn, batches, now, Route::Any).await?
     };
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
@@ -119,7 +125,7 @@ pub(super) async fn decide_on_node(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut rows = check_batch(conn, batches, now, Some((route, routes))).await?;
+    let mut rows = check_batch(conn, batches, now, Route::Node(route, routes)).await?;
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
 }
@@ -130,8 +136,23 @@ fn fixed_window_upsert_applies(batches: &[&CheckBatch]) -> bool {
         let [bucket] = batch.buckets.as_slice() else { return false };
         batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow && bucket.lockout.is_none()
     });
-    let mut keys = HashSet::with_capacity(batches.len());
-    simple && batches.iter().all(|batch| keys.insert(batch.buckets[0].key))
+    simple && keys_distinct(batches)
+}
+
+/// Whether no key appears twice among the buckets of `batches`.
+fn keys_distinct(batches: &[&CheckBatch]) -> bool {
+    let mut keys = HashSet::with_capacity(batches.len() * 3);
+    batches.iter().flat_map(|batch| &batch.buckets).all(|bucket| keys.insert(bucket.key))
+}
+
+/// Which batch function decides a batch.
+enum Route<'a> {
+    /// `pglimit_check_batch`: any batch.
+    Any,
+    /// `pglimit_check_distinct`: no key twice.
+    Distinct,
+    /// `pglimit_check_node` (Citus mode): the call's route and each bucket's.
+    Node(i32, &'a [i32]),
 }
 
 async fn fixed_window_upsert(
@@ -154,15 +175,16 @@ async fn check_batch(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
-    node: Option<(i32, &[i32])>,
+    route: Route<'_>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets =
         || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
-    let query = match node {
-        None => sqlx::query_as(CHECK_BATCH),
-        Some(_) => sqlx::query_as(CHECK_NODE),
-    };
+    let query = sqlx::query_as(match route {
+        Route::Any => CHECK_BATCH,
+        Route::Distinct => CHECK_DISTINCT,
+        Route::Node(..) => CHECK_NODE,
+    });
     let query = query
         .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
@@ -173,9 +195,9 @@ async fn check_batch(
         .bind(buckets().map(|(_, _, b)| block_for(b)).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect::<Vec<_>>())
         .bind(now);
-    match node {
-        None => query.fetch_all(conn).await,
-        Some((route, routes)) => query.bind(route).bind(routes).fetch_all(conn).await,
+    match route {
+        Route::Node(route, routes) => query.bind(route).bind(routes).fetch_all(conn).await,
+        Route::Any | Route::Distinct => query.fetch_all(conn).await,
     }
 }
 

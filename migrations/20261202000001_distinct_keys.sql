@@ -1,0 +1,148 @@
+-- A set-based batch function for the common case of pglimit_check_batch:
+-- no key appears twice in the batch (random identities, policies with
+-- several buckets, any of the four algorithms, lockouts). Same arguments,
+-- same rows, same decisions; it replaces the per-bucket PL/pgSQL loop
+-- (measured at 0.5-1.7 ms a call in bench/run) by two statements.
+--
+-- Why it is exact: the first statement creates missing rows (as expired
+-- rows) and locks every row in key order, as pglimit_check_batch does. A
+-- volatile function's next statement takes a fresh snapshot, so the second
+-- one reads each row as last committed, and no one else can change it
+-- until we commit. With every key distinct, each bucket's next state
+-- depends only on its own row and on whether its check is admitted (all of
+-- its buckets fit, none is blocked, cost > 0): so every bucket is decided
+-- at once, by the arithmetic of pglimit_decide written as expressions.
+-- The random-trace tests compare both functions with the Rust model.
+CREATE FUNCTION pglimit_check_distinct(
+    p_checks       integer[],
+    p_keys         bytea[],
+    p_limits       bigint[],
+    p_windows_ms   bigint[],
+    p_algos        smallint[],
+    p_costs        bigint[],
+    p_block_for_ms bigint[],
+    p_names        text[],
+    p_now          timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    o_pos       integer,
+    o_allowed   boolean,
+    o_remaining bigint,
+    o_reset_at  timestamptz,
+    o_retry_at  timestamptz,
+    o_now       timestamptz,
+    o_blocked   boolean
+) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := coalesce(p_now, now());
+    now_us bigint := pglimit_us(v_now);
+BEGIN
+    IF coalesce(cardinality(p_keys), 0) = 0 THEN
+        RETURN;
+    END IF;
+    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+    INSERT INTO pglimit_buckets AS t (key, count, expires_at)
+    SELECT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1
+    ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
+
+    RETURN QUERY
+    WITH req AS (
+        SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.pos::integer AS pos
+        FROM unnest(p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names)
+             WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, pos)
+    ), cur AS (
+        -- Each algorithm's state as it stands now (see pglimit_decide).
+        SELECT q.*, s.*,
+               CASE q.algo WHEN 0 THEN s.f_c + q.cost <= q.lim
+                           WHEN 1 THEN s.sw_w + s.sw_c + q.cost <= q.lim
+                           WHEN 2 THEN cardinality(s.lg) + q.cost <= q.lim
+                           WHEN 3 THEN s.tb_tat + q.cost * s.tb_step - now_us <= s.tb_step * q.lim
+               END AS fit
+        FROM req q
+        JOIN pglimit_buckets b ON b.key = q.key
+        CROSS JOIN LATERAL (
+            SELECT f.*, div(f.sw_p::numeric * (q.win - (now_us - f.sw_start)), q.win)::bigint AS sw_w
+            FROM (SELECT
+                CASE WHEN pglimit_us(b.expires_at) > now_us THEN b.count ELSE 0 END AS f_c,
+                CASE WHEN pglimit_us(b.expires_at) > now_us THEN pglimit_us(b.expires_at)
+                     ELSE now_us + q.win END AS f_end,
+                now_us / q.win * q.win AS sw_start,
+                CASE WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win + q.win
+                     THEN b.count ELSE 0 END AS sw_c,
+                CASE WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win + q.win THEN b.prev_count
+                     WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win THEN b.count
+                     ELSE 0 END AS sw_p,
+                CASE WHEN q.algo = 2 THEN ARRAY(
+                    SELECT x FROM unnest(coalesce(b.log, '{}')) AS x WHERE x > now_us - q.win ORDER BY x)
+                END AS lg,
+                greatest(coalesce(b.tat_us, now_us), now_us) AS tb_tat,
+                greatest(q.win / greatest(q.lim, 1), 1) AS tb_step,
+                (SELECT pglimit_us(k.until) FROM pglimit_blocks k
+                 WHERE k.key = q.key AND k.until > v_now) AS until_us
+            ) AS f
+        ) AS s
+    ), dec AS (
+        SELECT c.*,
+               c.cost > 0 AND bool_and(c.fit AND c.until_us IS NULL) OVER (PARTITION BY c.chk) AS admit,
+               -- Denied by its own count: its lockout starts now.
+               NOT c.fit AND c.until_us IS NULL AND coalesce(c.bf, 0) > 0 AS locks
+        FROM cur c
+    ), fig AS (
+        -- The figures and the next state: admitted, or as it stands.
+        SELECT d.*, n.*,
+               coalesce(d.until_us, CASE WHEN d.locks THEN now_us + d.bf * 1000 END) AS block_us
+        FROM dec d CROSS JOIN LATERAL (SELECT
+            CASE WHEN d.admit THEN d.cost ELSE 0 END AS used,
+            CASE WHEN d.admit AND d.algo = 2
+                 THEN d.lg || array_fill(now_us, ARRAY[d.cost::integer]) ELSE d.lg END AS n_lg
+        ) AS u CROSS JOIN LATERAL (SELECT
+            CASE d.algo
+                WHEN 0 THEN greatest(d.lim - d.f_c - u.used, 0)
+                WHEN 1 THEN greatest(d.lim - d.sw_w - d.sw_c - u.used, 0)
+                WHEN 2 THEN greatest(d.lim - cardinality(u.n_lg), 0)
+                WHEN 3 THEN greatest((now_us + d.tb_step * d.lim - d.tb_tat - u.used * d.tb_step) / d.tb_step, 0)
+            END AS rem,
+            CASE d.algo
+                WHEN 0 THEN d.f_end
+                WHEN 1 THEN CASE WHEN d.sw_c + u.used > 0 THEN d.sw_start + 2 * d.win
+                                 WHEN d.sw_p > 0 THEN d.sw_start + d.win ELSE now_us END
+                WHEN 2 THEN coalesce(u.n_lg[cardinality(u.n_lg)] + d.win, now_us)
+                WHEN 3 THEN d.tb_tat + u.used * d.tb_step
+            END AS full_us,
+            CASE WHEN d.fit THEN NULL ELSE CASE d.algo
+                WHEN 0 THEN d.f_end
+                WHEN 1 THEN CASE WHEN d.sw_c + d.cost <= d.lim
+                                 THEN d.sw_start + pglimit_sliding_earliest(d.win, d.sw_p, d.lim - d.sw_c - d.cost)
+                                 ELSE d.sw_start + d.win
+                                      + pglimit_sliding_earliest(d.win, d.sw_c, greatest(d.lim - d.cost, 0)) END
+                WHEN 2 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim] + d.win, now_us)
+                WHEN 3 THEN d.tb_tat + d.cost * d.tb_step - d.tb_step * d.lim
+            END END AS retry_us,
+            u.n_lg
+        ) AS n
+    ), up AS (
+        UPDATE pglimit_buckets t SET
+            count      = CASE f.algo WHEN 0 THEN f.f_c + f.cost WHEN 1 THEN f.sw_c + f.cost ELSE 0 END,
+            prev_count = CASE WHEN f.algo = 1 THEN f.sw_p ELSE 0 END,
+            expires_at = pglimit_ts(CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END),
+            tat_us     = CASE WHEN f.algo = 3 THEN f.full_us END,
+            log        = CASE WHEN f.algo = 2 THEN f.n_lg END
+        FROM fig f WHERE f.admit AND t.key = f.key
+    ), lk AS (
+        -- Lockouts, in key order like every other lock here. An operator's
+        -- block that ends later is kept as it is.
+        INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
+        SELECT f.key, pglimit_ts(f.block_us), 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
+        FROM fig f WHERE f.locks ORDER BY f.key
+        ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
+            policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
+        WHERE k.until < EXCLUDED.until
+    )
+    SELECT f.pos, f.fit AND f.until_us IS NULL,
+           CASE WHEN f.block_us IS NULL THEN f.rem ELSE 0 END,
+           pglimit_ts(greatest(f.full_us, f.block_us)),
+           pglimit_ts(CASE WHEN f.block_us IS NULL THEN f.retry_us
+                           ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END),
+           v_now, f.block_us IS NOT NULL
+    FROM fig f ORDER BY f.pos;
+END
+$$;

@@ -1,0 +1,133 @@
+//! The two batch functions, called directly: `pglimit_check_distinct` (the
+//! set-based one the lane sends when no key appears twice) must answer and
+//! store exactly what `pglimit_check_batch` (bucket by bucket) does. The
+//! random traces of `algorithms.rs` compare the lane's path with the model.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::PgPool;
+
+use crate::common::{fresh_database, pg_store};
+
+/// One bucket of a call, as the functions take it.
+#[derive(Clone)]
+struct Bucket {
+    key: Vec<u8>,
+    limit: i64,
+    window_ms: i64,
+    algo: i16,
+    block_for_ms: i64,
+    name: Option<String>,
+}
+
+/// One row of a function's answer.
+type Answer = (i32, bool, i64, DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>, bool);
+
+/// Calls `function` for `checks` (each a cost and its buckets) at `now`.
+async fn call(
+    pool: &PgPool,
+    function: &str,
+    checks: &[(i64, Vec<&Bucket>)],
+    now: DateTime<Utc>,
+) -> Vec<Answer> {
+    let rows =
+        || checks.iter().enumerate().flat_map(|(i, (cost, bs))| bs.iter().map(move |b| (i, *cost, *b)));
+    let sql = format!("SELECT * FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9) ORDER BY o_pos");
+    sqlx::query_as(&sql)
+        .bind(rows().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.key.clone()).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.limit).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.window_ms).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.algo).collect::<Vec<_>>())
+        .bind(rows().map(|(_, cost, _)| cost).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.block_for_ms).collect::<Vec<_>>())
+        .bind(rows().map(|(_, _, b)| b.name.clone()).collect::<Vec<_>>())
+        .bind(now)
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{function}: {e}"))
+}
+
+/// What the database holds for `key`: its bucket row and its block.
+async fn stored(pool: &PgPool, key: &[u8]) -> String {
+    let sql = "SELECT format('%s %s %s %s %s | %s %s', b.count, b.prev_count, b.expires_at, b.tat_us, b.log,
+                             k.until, k.kind)
+               FROM pglimit_buckets b FULL JOIN pglimit_blocks k ON k.key = b.key
+               WHERE coalesce(b.key, k.key) = $1";
+    let row: Option<(String,)> =
+        sqlx::query_as(sql).bind(key).fetch_optional(pool).await.expect("stored row");
+    row.map_or_else(|| "none".to_string(), |(s,)| s)
+}
+
+/// An operator's block, as `POST /admin/blocks` leaves it.
+const BLOCK: &str = "INSERT INTO pglimit_blocks (key, until, kind) VALUES ($1, $2, 'admin')
+                     ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin'";
+
+/// A bucket and its twin: the same settings on another key.
+fn twins(rng: &mut StdRng, slot: u8) -> (Bucket, Bucket) {
+    let mut key = [0u8; 32];
+    key[0] = slot;
+    rng.fill(&mut key[2..]);
+    let lockout = rng.gen_bool(0.3);
+    let a = Bucket {
+        key: key.to_vec(),
+        limit: rng.gen_range(1..6),
+        window_ms: rng.gen_range(200..3_000),
+        algo: rng.gen_range(0..4),
+        block_for_ms: if lockout { rng.gen_range(100..2_000) } else { 0 },
+        name: lockout.then(|| format!("p/b{slot}")),
+    };
+    key[1] = 1;
+    (a.clone(), Bucket { key: key.to_vec(), ..a })
+}
+
+/// Random batches of checks with one to three buckets each (no key twice in
+/// a batch), over every algorithm, costs 0 to 3, lockouts and an operator's
+/// blocks, sent to both functions on twin keys at the same clock.
+#[tokio::test]
+async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
+    let url = fresh_database().await;
+    let _migrated = pg_store(&url).await;
+    let pool = PgPool::connect(&url).await.expect("connect");
+    let mut rng = StdRng::seed_from_u64(23);
+    let slots: Vec<(Bucket, Bucket)> = (0..16).map(|s| twins(&mut rng, s)).collect();
+    let mut now: DateTime<Utc> = "2032-03-01T00:00:00.250001Z".parse().unwrap();
+    let mut seen = [0usize; 4];
+    for round in 0..400 {
+        now += TimeDelta::microseconds(rng.gen_range(0..500_000));
+        if rng.gen_ratio(1, 20) {
+            let (a, b) = &slots[rng.gen_range(0..slots.len())];
+            let until = now + TimeDelta::milliseconds(rng.gen_range(0..2_000));
+            for key in [&a.key, &b.key] {
+                sqlx::query(BLOCK).bind(key).bind(until).execute(&pool).await.expect("a block");
+            }
+        }
+        let mut order: Vec<usize> = (0..slots.len()).collect();
+        order.sort_by_key(|_| rng.gen::<u32>());
+        let mut free = order.into_iter();
+        let (mut general, mut distinct) = (Vec::new(), Vec::new());
+        for _ in 0..rng.gen_range(1..5) {
+            let picked: Vec<usize> = free.by_ref().take(rng.gen_range(1..4)).collect();
+            let cost = rng.gen_range(0..4);
+            general.push((cost, picked.iter().map(|&s| &slots[s].0).collect()));
+            distinct.push((cost, picked.iter().map(|&s| &slots[s].1).collect()));
+        }
+        let want = call(&pool, "pglimit_check_batch", &general, now).await;
+        let got = call(&pool, "pglimit_check_distinct", &distinct, now).await;
+        assert_eq!(got, want, "round {round}: the answers differ");
+        for (_, allowed, _, _, _, _, blocked) in got {
+            seen[usize::from(allowed) + 2 * usize::from(blocked)] += 1;
+        }
+    }
+    // Denied, admitted, blocked: the trace went through every branch.
+    assert!([seen[0], seen[1], seen[2]].iter().all(|&n| n > 20), "seen (denied, allowed, blocked): {seen:?}");
+    for (s, (a, b)) in slots.iter().enumerate() {
+        assert_eq!(
+            stored(&pool, &b.key).await,
+            stored(&pool, &a.key).await,
+            "slot {s}: the stored state differs"
+        );
+    }
+    pool.close().await;
+}
