@@ -44,48 +44,54 @@ BEGIN
     SELECT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1
     ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
 
+    -- Written for the executor: each row's times converted once (the
+    -- conversion functions are not inlined), subqueries in MATERIALIZED
+    -- steps so that they run once per row however often their result is read.
     RETURN QUERY
-    WITH req AS (
-        SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.pos::integer AS pos
+    WITH cur AS MATERIALIZED (
+        SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.pos::integer AS pos,
+               b.count, b.prev_count, b.tat_us, b.log,
+               (extract(epoch FROM b.expires_at) * 1000000)::bigint AS exp_us,
+               (SELECT (extract(epoch FROM k.until) * 1000000)::bigint FROM pglimit_blocks k
+                WHERE k.key = r.key AND k.until > v_now) AS until_us
         FROM unnest(p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names)
              WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, pos)
-    ), cur AS (
-        -- Each algorithm's state as it stands now (see pglimit_decide).
-        SELECT q.*, s.*,
-               CASE q.algo WHEN 0 THEN s.f_c + q.cost <= q.lim
-                           WHEN 1 THEN s.sw_w + s.sw_c + q.cost <= q.lim
-                           WHEN 2 THEN cardinality(s.lg) + q.cost <= q.lim
-                           WHEN 3 THEN s.tb_tat + q.cost * s.tb_step - now_us <= s.tb_step * q.lim
+        JOIN pglimit_buckets b ON b.key = r.key
+    ), st AS MATERIALIZED (
+        -- Each algorithm's state as it stands now (see pglimit_decide); a
+        -- sliding window's current window ends at sw_start + win, and its
+        -- row's expires_at one window later.
+        SELECT c.*,
+               CASE WHEN c.exp_us > now_us THEN c.count ELSE 0 END AS f_c,
+               CASE WHEN c.exp_us > now_us THEN c.exp_us ELSE now_us + c.win END AS f_end,
+               now_us / c.win * c.win AS sw_start,
+               CASE WHEN c.exp_us = now_us / c.win * c.win + 2 * c.win THEN c.count ELSE 0 END AS sw_c,
+               CASE WHEN c.exp_us = now_us / c.win * c.win + 2 * c.win THEN c.prev_count
+                    WHEN c.exp_us = now_us / c.win * c.win + c.win THEN c.count ELSE 0 END AS sw_p,
+               CASE WHEN c.algo = 2 THEN ARRAY(
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE x > now_us - c.win ORDER BY x)
+               END AS lg,
+               greatest(coalesce(c.tat_us, now_us), now_us) AS tb_tat,
+               greatest(c.win / greatest(c.lim, 1), 1) AS tb_step
+        FROM cur c
+    ), cur2 AS (
+        SELECT s.*, CASE WHEN s.algo = 1
+                         THEN div(s.sw_p::numeric * (s.win - (now_us - s.sw_start)), s.win)::bigint END AS sw_w
+        FROM st s
+    ), cur3 AS (
+        SELECT c.*,
+               CASE c.algo WHEN 0 THEN c.f_c + c.cost <= c.lim
+                           WHEN 1 THEN c.sw_w + c.sw_c + c.cost <= c.lim
+                           WHEN 2 THEN cardinality(c.lg) + c.cost <= c.lim
+                           WHEN 3 THEN c.tb_tat + c.cost * c.tb_step - now_us <= c.tb_step * c.lim
                END AS fit
-        FROM req q
-        JOIN pglimit_buckets b ON b.key = q.key
-        CROSS JOIN LATERAL (
-            SELECT f.*, div(f.sw_p::numeric * (q.win - (now_us - f.sw_start)), q.win)::bigint AS sw_w
-            FROM (SELECT
-                CASE WHEN pglimit_us(b.expires_at) > now_us THEN b.count ELSE 0 END AS f_c,
-                CASE WHEN pglimit_us(b.expires_at) > now_us THEN pglimit_us(b.expires_at)
-                     ELSE now_us + q.win END AS f_end,
-                now_us / q.win * q.win AS sw_start,
-                CASE WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win + q.win
-                     THEN b.count ELSE 0 END AS sw_c,
-                CASE WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win + q.win THEN b.prev_count
-                     WHEN pglimit_us(b.expires_at) - q.win = now_us / q.win * q.win THEN b.count
-                     ELSE 0 END AS sw_p,
-                CASE WHEN q.algo = 2 THEN ARRAY(
-                    SELECT x FROM unnest(coalesce(b.log, '{}')) AS x WHERE x > now_us - q.win ORDER BY x)
-                END AS lg,
-                greatest(coalesce(b.tat_us, now_us), now_us) AS tb_tat,
-                greatest(q.win / greatest(q.lim, 1), 1) AS tb_step,
-                (SELECT pglimit_us(k.until) FROM pglimit_blocks k
-                 WHERE k.key = q.key AND k.until > v_now) AS until_us
-            ) AS f
-        ) AS s
+        FROM cur2 c
     ), dec AS (
         SELECT c.*,
                c.cost > 0 AND bool_and(c.fit AND c.until_us IS NULL) OVER (PARTITION BY c.chk) AS admit,
                -- Denied by its own count: its lockout starts now.
                NOT c.fit AND c.until_us IS NULL AND coalesce(c.bf, 0) > 0 AS locks
-        FROM cur c
+        FROM cur3 c
     ), fig AS (
         -- The figures and the next state: admitted, or as it stands.
         SELECT d.*, n.*,
@@ -123,7 +129,8 @@ BEGIN
         UPDATE pglimit_buckets t SET
             count      = CASE f.algo WHEN 0 THEN f.f_c + f.cost WHEN 1 THEN f.sw_c + f.cost ELSE 0 END,
             prev_count = CASE WHEN f.algo = 1 THEN f.sw_p ELSE 0 END,
-            expires_at = pglimit_ts(CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END),
+            expires_at = timestamptz 'epoch'
+                         + (CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END) * interval '1 microsecond',
             tat_us     = CASE WHEN f.algo = 3 THEN f.full_us END,
             log        = CASE WHEN f.algo = 2 THEN f.n_lg END
         FROM fig f WHERE f.admit AND t.key = f.key
@@ -131,7 +138,7 @@ BEGIN
         -- Lockouts, in key order like every other lock here. An operator's
         -- block that ends later is kept as it is.
         INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
-        SELECT f.key, pglimit_ts(f.block_us), 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
+        SELECT f.key, timestamptz 'epoch' + f.block_us * interval '1 microsecond', 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
         FROM fig f WHERE f.locks ORDER BY f.key
         ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
             policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
@@ -139,9 +146,10 @@ BEGIN
     )
     SELECT f.pos, f.fit AND f.until_us IS NULL,
            CASE WHEN f.block_us IS NULL THEN f.rem ELSE 0 END,
-           pglimit_ts(greatest(f.full_us, f.block_us)),
-           pglimit_ts(CASE WHEN f.block_us IS NULL THEN f.retry_us
-                           ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END),
+           timestamptz 'epoch' + greatest(f.full_us, f.block_us) * interval '1 microsecond',
+           timestamptz 'epoch' + (CASE WHEN f.block_us IS NULL THEN f.retry_us
+                                       ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END)
+                                 * interval '1 microsecond',
            v_now, f.block_us IS NOT NULL
     FROM fig f ORDER BY f.pos;
 END
