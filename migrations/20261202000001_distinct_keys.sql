@@ -154,3 +154,16 @@ BEGIN
     FROM fig f ORDER BY f.pos;
 END
 $$;
+
+-- Raised by the service's plain fixed-window upsert when a check of several
+-- buckets, admitted on the statement's snapshot, finds one of its rows
+-- changed by another instance before it could lock it: the statement (its
+-- own transaction) is rolled back whole, and the service decides the batch
+-- again with pglimit_check_distinct, which locks first. 40001 is the code
+-- for "retry the transaction".
+CREATE FUNCTION pglimit_retry_with_locks() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '40001',
+        MESSAGE = 'pglimit: a row changed between the snapshot and its lock; deciding again with locks';
+END
+$$;

@@ -28,17 +28,24 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
     }
 }
 
-/// Replays random traces through `pglimit_check` (with its clock set by the
-/// test) and through the Rust model, and asserts every figure agrees.
+/// Replays random traces through the store (with its clock set by the
+/// test) and through the Rust model, and asserts every figure agrees. The
+/// store sends these checks (no key twice) to `pglimit_check_distinct` or
+/// the plain upsert; `batch_functions.rs` holds `pglimit_check_batch` to
+/// the same answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
     let pg = crate::common::pg_store(&fresh_database().await).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().unwrap();
-    for round in 0..12 {
-        let algorithm = Algorithm::ALL[round % 4];
-        // A second bucket of another algorithm makes the check all or nothing.
-        let other = Algorithm::ALL[(round + 1) % 4];
+    for round in 0..16 {
+        // A second bucket makes the check all or nothing: of another
+        // algorithm (the batch function), or, from round 12 on, both fixed
+        // windows (the plain upsert, which decides a policy on its snapshot).
+        let (algorithm, other) = match round {
+            0..12 => (Algorithm::ALL[round % 4], Algorithm::ALL[(round + 1) % 4]),
+            _ => (Algorithm::FixedWindow, Algorithm::FixedWindow),
+        };
         let specs =
             [spec(1, algorithm, rng.gen_range(1..6), rng.gen_range(200..5_000)), spec(2, other, 8, 3_000)];
         let mut model: [Option<State>; 2] = [None, None];

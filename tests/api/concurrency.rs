@@ -186,3 +186,58 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
     }
     assert!(!degraded(&a).await && !degraded(&b).await);
 }
+
+/// A policy check is admitted on the upsert's snapshot; when another
+/// instance fills one of its buckets between that snapshot and the upsert's
+/// lock, the check is decided again with locks: denied, and its other
+/// bucket keeps nothing of it (all or nothing across instances).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
+    use pglimit::algorithm::Algorithm;
+    use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
+    let url = fresh_database().await;
+    let pg = crate::common::pg_store(&url).await;
+    let bucket = |n: u8, limit| BucketSpec {
+        name: std::sync::Arc::from(format!("b{n}")),
+        key: [n; 32],
+        limit,
+        window: std::time::Duration::from_secs(3600),
+        algorithm: Algorithm::FixedWindow,
+        lockout: None,
+    };
+    let (roomy, tight) = (bucket(1, 5), bucket(2, 1));
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query(
+        "INSERT INTO pglimit_buckets (key, count, expires_at) VALUES ($1, 0, now() + interval '1 hour')",
+    )
+    .bind(tight.key.as_slice())
+    .execute(&pool)
+    .await
+    .expect("an empty bucket");
+    // Another instance is taking the tight bucket's last unit, not yet committed.
+    let mut other = pool.begin().await.expect("begin");
+    sqlx::query("UPDATE pglimit_buckets SET count = 1 WHERE key = $1")
+        .bind(tight.key.as_slice())
+        .execute(&mut *other)
+        .await
+        .expect("take the last unit");
+    let policy =
+        CheckBatch { buckets: vec![roomy.clone(), tight], cost: 1, fallback: MemoryFallback::Refuse };
+    let checking = tokio::spawn(async move { pg.check(&policy).await });
+    crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
+    other.commit().await.expect("commit");
+
+    let answer = checking.await.expect("check task").expect("postgres answers");
+    let allowed: Vec<bool> = answer.buckets.iter().map(|b| b.allowed).collect();
+    assert_eq!(allowed, [true, false], "the roomy bucket fits, the tight one is full");
+    assert_eq!(answer.buckets[0].remaining, 5, "the denied check took nothing from the roomy bucket");
+    let live: (i64,) = sqlx::query_as(
+        "SELECT coalesce(sum(count), 0)::bigint FROM pglimit_buckets WHERE key = $1 AND expires_at > now()",
+    )
+    .bind(roomy.key.as_slice())
+    .fetch_one(&pool)
+    .await
+    .expect("the roomy bucket");
+    assert_eq!(live.0, 0, "the roomy bucket holds a unit of a denied check");
+    pool.close().await;
+}

@@ -81,16 +81,6 @@ async fn make_first_write_slow(pool: &sqlx::PgPool, key: &Key) {
     sqlx::query(&trigger).execute(pool).await.expect("create the trigger");
 }
 
-async fn wait_until_sleeping(pool: &sqlx::PgPool) {
-    let sleeping = "SELECT count(*) FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event = 'PgSleep'";
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while sqlx::query_as::<_, (i64,)>(sleeping).fetch_one(pool).await.expect("pg_stat_activity").0 == 0 {
-        assert!(std::time::Instant::now() < deadline, "the slow check never reached the server");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_check_held_back_holds_back_later_checks_on_its_other_keys() {
     let url = fresh_database().await;
@@ -103,7 +93,7 @@ async fn a_check_held_back_holds_back_later_checks_on_its_other_keys() {
         let (store, check) = (store.clone(), batch(vec![bucket(hot, 10, fw)]));
         async move { store.check(&check).await }
     });
-    wait_until_sleeping(&pool).await;
+    crate::common::wait_for_a_backend_waiting_on(&pool, "PgSleep").await;
     // `both` waits for the call in flight on `hot`; `alone` is free, but
     // must wait behind `both`, queued before it on `shared`.
     let (both, alone) =

@@ -153,6 +153,21 @@ pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
     pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
 }
 
+/// Waits until a backend of the database of `pool` waits on `event`
+/// (`wait_event_type` or `wait_event` in pg_stat_activity, e.g. `Lock` or
+/// `PgSleep`): a statement a test holds up has reached the server.
+pub async fn wait_for_a_backend_waiting_on(pool: &sqlx::PgPool, event: &str) {
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND $1 IN (wait_event_type, wait_event)";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sqlx::query_as::<_, (i64,)>(waiting).bind(event).fetch_one(pool).await.expect("pg_stat_activity").0
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "no backend came to wait on {event}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// A fresh database and one instance on it.
 pub async fn app() -> AppState {
     instance(&fresh_database().await, &[]).await

@@ -23,64 +23,37 @@ const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $
 /// the route Citus sends the call by, $11 each bucket's route.
 const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
-/// The common case as one plain multi-row upsert, no PL/pgSQL: every check
-/// has one fixed-window bucket without a lockout, costs at least 1, and no
-/// two checks share a key. A blocked key is read in the same statement and
-/// left out of the upsert (denied, nothing consumed). Checks are then independent, so each row is decided on its own:
-/// the upsert resets an expired window or adds the cost only where it fits
-/// (`WHERE`), and a row it does not update is a denial. The limit travels in
-/// the proposed row's `prev_count`, which the fixed window does not use, so
-/// that the `WHERE` can read it as `EXCLUDED.prev_count`. Rows are proposed
-/// in key order, the same lock order as the general function.
+/// The common case as one plain multi-row upsert, no PL/pgSQL: every bucket
+/// is a fixed window without a lockout, every check costs at least 1, and no
+/// key appears twice. A blocked key is read in the same statement and left
+/// out of the upsert (denied, nothing consumed). The upsert resets an
+/// expired window or adds the cost only where it fits (`WHERE`), so each row
+/// is decided on its locked state. The limit travels in the proposed row's
+/// `prev_count`, which the fixed window does not use, so that the `WHERE`
+/// can read it as `EXCLUDED.prev_count`. Rows are proposed in key order, the
+/// same lock order as the batch functions.
 ///
-/// A denied row's figures are read from the statement's snapshot; if another
-/// instance changed the row between that snapshot and our lock, they may be
-/// a moment old (the decision itself is made on the locked row). `remaining`
-/// is capped below the cost so that it never contradicts the denial, and a
-/// row another instance created after our snapshot (so absent from it) is
-/// reported as full until a window from now.
+/// A check of one bucket is admitted exactly when its row is updated. A
+/// check of several (a policy) is proposed only if every bucket fits as the
+/// statement's snapshot has it, and must then be updated in every row: if
+/// another instance changed one of them after the snapshot so that it no
+/// longer fits, the statement raises (`pglimit_retry_with_locks`, 40001),
+/// which rolls it back whole, and the batch is decided again by
+/// `pglimit_check_distinct`, which locks before it reads. So a new key costs
+/// one write, not a lock and a write.
 ///
-/// That read of a denied row sits in a LATERAL subquery that cannot be
-/// flattened (`OFFSET 0`), so that it runs only for denied rows: as a plain
-/// join it ran an index lookup for every row.
-const FIXED_WINDOW_UPSERT: &str = "
-WITH req AS (
-    SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
-    FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
-), blk AS (
-    SELECT k.key, k.until FROM pglimit_blocks k
-    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
-), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
-    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
-    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
-    ON CONFLICT (key) DO UPDATE SET
-        count      = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
-                          THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
-        expires_at = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
-                          THEN EXCLUDED.expires_at ELSE b.expires_at END,
-        prev_count = 0
-    WHERE (b.expires_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
-      AND EXCLUDED.count <= EXCLUDED.prev_count
-    RETURNING b.key, b.count, b.expires_at
-)
-SELECT r.pos AS o_pos,
-       u.key IS NOT NULL AS o_allowed,
-       CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
-            WHEN k.key IS NOT NULL THEN 0
-            ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
-       greatest(coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
-       CASE WHEN u.key IS NULL
-            THEN greatest(coalesce(s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) END AS o_retry_at,
-       r.at AS o_now,
-       k.key IS NOT NULL AS o_blocked
-FROM req r
-LEFT JOIN up u ON u.key = r.key
-LEFT JOIN blk k ON k.key = r.key
-LEFT JOIN LATERAL (
-    SELECT s.count, s.expires_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
-) s ON true
-ORDER BY r.pos";
+/// A denied row's figures are read from the snapshot; for a one-bucket check
+/// another instance may have changed the row between that snapshot and our
+/// lock, so `remaining` is capped below the cost so that it never
+/// contradicts the denial, and a row another instance created after our
+/// snapshot (so absent from it) is reported as full until a window from now.
+/// Those reads sit in LATERAL subqueries that cannot be flattened
+/// (`OFFSET 0`), so that they run only where needed: as a plain join they ran
+/// an index lookup for every row.
+const FIXED_WINDOW_UPSERT: &str = include_str!("fixed_window_upsert.sql");
+
+/// The SQLSTATE `pglimit_retry_with_locks` raises.
+const RETRY_WITH_LOCKS: &str = "40001";
 
 /// One bucket's answer, as both statements return it.
 #[derive(sqlx::FromRow)]
@@ -106,7 +79,15 @@ pub(super) async fn decide(
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let mut rows = if fixed_window_upsert_applies(batches) {
-        fixed_window_upsert(conn, batches, now).await?
+        match fixed_window_upsert(&mut *conn, batches, now).await {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(RETRY_WITH_LOCKS) => {
+                tracing::debug!(
+                    "a policy's row changed under the upsert; deciding its batch again with locks"
+                );
+                check_batch(conn, batches, now, Route::Distinct).await?
+            }
+            rows => rows?,
+        }
     } else if keys_distinct(batches) {
         check_batch(conn, batches, now, Route::Distinct).await?
     } else {
@@ -133,8 +114,8 @@ pub(super) async fn decide_on_node(
 /// Whether [`FIXED_WINDOW_UPSERT`] decides these batches exactly.
 fn fixed_window_upsert_applies(batches: &[&CheckBatch]) -> bool {
     let simple = batches.iter().all(|batch| {
-        let [bucket] = batch.buckets.as_slice() else { return false };
-        batch.cost > 0 && bucket.algorithm == Algorithm::FixedWindow && bucket.lockout.is_none()
+        let fixed = |b: &BucketSpec| b.algorithm == Algorithm::FixedWindow && b.lockout.is_none();
+        batch.cost > 0 && batch.buckets.iter().all(fixed)
     });
     simple && keys_distinct(batches)
 }
@@ -160,12 +141,13 @@ async fn fixed_window_upsert(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let buckets = || batches.iter().map(|batch| (batch, &batch.buckets[0]));
+    let buckets = || buckets_of(batches);
     sqlx::query_as(FIXED_WINDOW_UPSERT)
-        .bind(buckets().map(|(_, b)| b.key.as_slice()).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, b)| to_i64(b.limit)).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
-        .bind(buckets().map(|(batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
+        .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| to_i64(b.limit)).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
+        .bind(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
         .bind(now)
         .fetch_all(conn)
         .await
@@ -177,8 +159,7 @@ async fn check_batch(
     now: Option<DateTime<Utc>>,
     route: Route<'_>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let buckets =
-        || batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, batch, b)));
+    let buckets = || buckets_of(batches);
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
     let query = sqlx::query_as(match route {
         Route::Any => CHECK_BATCH,
@@ -199,6 +180,13 @@ async fn check_batch(
         Route::Node(route, routes) => query.bind(route).bind(routes).fetch_all(conn).await,
         Route::Any | Route::Distinct => query.fetch_all(conn).await,
     }
+}
+
+/// Each bucket of `batches` in order, with its batch and the batch's index.
+fn buckets_of<'a>(
+    batches: &'a [&'a CheckBatch],
+) -> impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + 'a {
+    batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, *batch, b)))
 }
 
 /// Hands each batch the rows of its own buckets.
