@@ -80,15 +80,17 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
     }
 }
 
-/// Single fixed-window checks take the plain multi-row upsert instead of
-/// the PL/pgSQL function; it must decide and report exactly as the model.
+/// Single fixed-window and token-bucket checks take the plain multi-row
+/// upsert instead of a batch function; it must decide and report exactly as
+/// the model.
 #[tokio::test]
-async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
+async fn the_plain_upsert_decides_exactly_as_the_model() {
     let pg = crate::common::pg_store(&fresh_database().await).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
-    for round in 0..6 {
-        let s = spec(3, Algorithm::FixedWindow, rng.gen_range(1..8), rng.gen_range(200..3_000));
+    for round in 0..12 {
+        let algorithm = [Algorithm::FixedWindow, Algorithm::TokenBucket][round % 2];
+        let s = spec(3, algorithm, rng.gen_range(1..8), rng.gen_range(200..3_000));
         let mut model: Option<State> = None;
         for step in 0..60 {
             now += TimeDelta::microseconds(rng.gen_range(0..400_000));
@@ -96,7 +98,7 @@ async fn the_plain_upsert_for_fixed_windows_decides_exactly_as_the_model() {
             let batch = CheckBatch { buckets: vec![s.clone()], cost, fallback: MemoryFallback::Refuse };
             let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
             let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), true);
-            let at = format!("round {round} step {step} (cost {cost}, limit {})", s.limit);
+            let at = format!("round {round} step {step} ({algorithm:?}, cost {cost}, limit {})", s.limit);
             assert_eq!(got.allowed, want.allowed, "allowed, {at}");
             if want.allowed {
                 assert_eq!(got.remaining, want.remaining, "remaining, {at}");

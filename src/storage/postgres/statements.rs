@@ -24,8 +24,8 @@ const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $
 const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The common case as one plain multi-row upsert, no PL/pgSQL: every bucket
-/// is a fixed window without a lockout, every check costs at least 1, and no
-/// key appears twice. A blocked key is read in the same statement and left
+/// is a fixed window (or a check's one bucket a token bucket), none has a
+/// lockout, every check costs at least 1, and no key appears twice. A blocked key is read in the same statement and left
 /// out of the upsert (denied, nothing consumed). The upsert resets an
 /// expired window or adds the cost only where it fits (`WHERE`), so each row
 /// is decided on its locked state. The limit travels in the proposed row's
@@ -50,7 +50,7 @@ const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3,
 /// Those reads sit in LATERAL subqueries that cannot be flattened
 /// (`OFFSET 0`), so that they run only where needed: as a plain join they ran
 /// an index lookup for every row.
-const FIXED_WINDOW_UPSERT: &str = include_str!("fixed_window_upsert.sql");
+const PLAIN_UPSERT: &str = include_str!("upsert.sql");
 
 /// The SQLSTATE `pglimit_retry_with_locks` raises.
 const RETRY_WITH_LOCKS: &str = "40001";
@@ -78,8 +78,8 @@ pub(super) async fn decide(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut rows = if fixed_window_upsert_applies(batches) {
-        match fixed_window_upsert(&mut *conn, batches, now).await {
+    let mut rows = if plain_upsert_applies(batches) {
+        match plain_upsert(&mut *conn, batches, now).await {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(RETRY_WITH_LOCKS) => {
                 tracing::debug!(
                     "a policy's row changed under the upsert; deciding its batch again with locks"
@@ -111,11 +111,14 @@ pub(super) async fn decide_on_node(
     split(batches, rows)
 }
 
-/// Whether [`FIXED_WINDOW_UPSERT`] decides these batches exactly.
-fn fixed_window_upsert_applies(batches: &[&CheckBatch]) -> bool {
+/// Whether [`PLAIN_UPSERT`] decides these batches exactly.
+fn plain_upsert_applies(batches: &[&CheckBatch]) -> bool {
     let simple = batches.iter().all(|batch| {
-        let fixed = |b: &BucketSpec| b.algorithm == Algorithm::FixedWindow && b.lockout.is_none();
-        batch.cost > 0 && batch.buckets.iter().all(fixed)
+        let plain = match batch.buckets.as_slice() {
+            [one] => matches!(one.algorithm, Algorithm::FixedWindow | Algorithm::TokenBucket),
+            all => all.iter().all(|b| b.algorithm == Algorithm::FixedWindow),
+        };
+        batch.cost > 0 && plain && batch.buckets.iter().all(|b| b.lockout.is_none())
     });
     simple && keys_distinct(batches)
 }
@@ -136,19 +139,20 @@ enum Route<'a> {
     Node(i32, &'a [i32]),
 }
 
-async fn fixed_window_upsert(
+async fn plain_upsert(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets = || buckets_of(batches);
-    sqlx::query_as(FIXED_WINDOW_UPSERT)
+    sqlx::query_as(PLAIN_UPSERT)
         .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| to_i64(b.limit)).collect::<Vec<_>>())
         .bind(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
         .bind(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
         .bind(now)
+        .bind(buckets().map(|(_, _, b)| b.algorithm.code()).collect::<Vec<_>>())
         .fetch_all(conn)
         .await
 }
