@@ -1104,7 +1104,7 @@ profile behind the figures: with all systems on one machine, requests/s is bound
 `{\"policy\":\"bench\",\"identifiers\":{\"email\":\"u<N>@example.com\",\"ip\":\"198.51.100.<M>\"}}` \
 with N random of 10,000 and M = 1 + (N - 1) % 254; the `bench` policy (`bench/policies.toml`) has two \
 fixed-window buckets, `email` and `ip`, of 10⁹ per hour, so every check is admitted and, having two \
-buckets, goes through the batch function (`pglimit_check_batch`) rather than the single-bucket upsert.
+buckets, takes a policy's road (docs/design.md: the plain upsert decides it on its snapshot).
 - Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
 - *check*: `ok` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
 and a probe after the run answered as expected (for pglimit, decided by Postgres, and matched by no \

@@ -125,7 +125,7 @@ pub fn how_to_read(meta: &HashMap<String, String>) -> String {
          byte (bench/run checks). *allow-login*: `{{\"policy\":\"login\",\"identifiers\":{{\"email\":\
          \"u<E>@example.org\",\"ip\":\"198.<18-19>.<x>.<y>\"}}}}` with E random of {} and the address random of \
          {} (198.18.0.0/15), drawn apart: three buckets (email+ip 5/1m, ip 20/1m, email 50/15m), so every check \
-         goes through the batch function; its raw figure is pgbench running the three reference upserts on the \
+         has three buckets (a policy's road); its raw figure is pgbench running the three reference upserts on the \
          same identities, keys hashed from `email_ip/…`, `ip/…` and `email/…`, in one transaction \
          (`bench/pgbench/login.sql`). *allow-contact*: `{{\"policy\":\"contact_confirmation\",\"identifiers\":\
          {{\"recipient\":\"r<R>@example.net\"}}}}`, R random of {} (limit 3 a day). *mixed*: each request at \

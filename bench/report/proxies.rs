@@ -20,7 +20,7 @@ forward-auth (`allow-auth`: `GET /auth/bench` with `X-User-Email: u<N>@example.c
 rate limit service (`allow-grpc`: `ShouldRateLimit` on `PGLIMIT_GRPC_BIND`, domain `bench`, descriptors \
 `[{email}]` and `[{ip}]`, from `bench/grpc_load.rs`: one HTTP/2 connection per client, one call in flight on \
 each, as wrk's connections), at the same client count, measured one after the other on one instance; \
-*× /check*: their requests/s over the policy form's. The same check, the same batch function: what differs is \
+*× /check*: their requests/s over the policy form's. The same check, the same statement: what differs is \
 reading the request and writing the answer. For gRPC, answers other than `OK` count as wrong statuses and \
 failed calls as socket errors; its probe is the policy form on the same instance, since a gRPC answer does \
 not say which store decided. The gRPC rows have no *× HTTP ceiling* (the ceiling speaks HTTP/1.1 and JSON).";
