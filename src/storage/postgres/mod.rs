@@ -20,6 +20,7 @@ mod lane;
 mod listener;
 mod session;
 mod statements;
+mod upsert;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,98 +1,40 @@
--- Fixed-window checks, and one-bucket token-bucket checks, as one plain
--- multi-row upsert (see PLAIN_UPSERT in statements.rs): $1 each bucket's
--- check, $2 its key, $3 limit, $4 window (ms), $5 the check's cost, $6 the
--- clock (NULL: the database's), $7 the algorithm (0 fixed window, 3 token
--- bucket).
---
--- The proposed row carries what the conflict branch needs: for a fixed
--- window the limit in prev_count; for a token bucket the capacity
--- (step * limit, in µs) in prev_count and, in tat_us, now + cost * step, so
--- that the branch adds cost * step as tat_us - now. Neither algorithm reads
--- the column it borrows.
+-- One-bucket fixed-window checks as one plain multi-row upsert (see
+-- ONE_BUCKET_UPSERT in upsert.rs): $1 each check's key, $2 limit,
+-- $3 window (ms), $4 cost, $5 the clock (NULL: the database's).
 WITH req AS (
-    SELECT r.chk, r.key, r.lim, r.win, r.cost, r.algo, r.pos::integer AS pos, at,
-           (extract(epoch FROM at) * 1000000)::bigint AS at_us,
-           greatest(r.win * 1000 / greatest(r.lim, 1), 1) AS step,
-           count(*) OVER (PARTITION BY r.chk) AS n
-    FROM unnest($1::integer[], $2::bytea[], $3::bigint[], $4::bigint[], $5::bigint[], $7::smallint[])
-         WITH ORDINALITY AS r(chk, key, lim, win, cost, algo, pos),
-         coalesce($6::timestamptz, now()) AS at
+    SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
+    FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), blk AS (
     SELECT k.key, k.until FROM pglimit_blocks k
-    WHERE k.key = ANY ($2::bytea[]) AND k.until > coalesce($6::timestamptz, now())
-), snap AS (
-    -- A check of several (fixed-window) buckets goes ahead only if each of
-    -- them fits as this statement's snapshot has it (c: the live count).
-    SELECT r.*, v.c, v.end_at, k.until,
-           bool_and(k.key IS NULL AND r.cost <= r.lim - coalesce(v.c, 0)) OVER (PARTITION BY r.chk) AS go
-    FROM req r
-    LEFT JOIN blk k ON k.key = r.key
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN s.expires_at > r.at THEN s.count ELSE 0 END AS c,
-               CASE WHEN s.expires_at > r.at THEN s.expires_at END AS end_at
-        FROM pglimit_buckets s WHERE r.n > 1 AND s.key = r.key OFFSET 0
-    ) v ON true
+    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, tat_us)
-    SELECT key,
-           CASE WHEN algo = 3 THEN 0 ELSE cost END,
-           CASE WHEN algo = 3 THEN at + cost * step * interval '1 microsecond'
-                ELSE at + win * interval '1 millisecond' END,
-           CASE WHEN algo = 3 THEN step * lim ELSE lim END,
-           CASE WHEN algo = 3 THEN at_us + cost * step END
-    FROM snap WHERE cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
-    -- now_us is written out where needed: a conflict branch has no aliases.
+    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
+    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
+    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
-        count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
-                          WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.count
-                          ELSE b.count + EXCLUDED.count END,
-        expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN timestamptz 'epoch' + (greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us
-                                                      - (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) * interval '1 microsecond'
-                          WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.expires_at
-                          ELSE b.expires_at END,
-        prev_count = 0,
-        tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us - (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint END
-    WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
-               THEN greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us - 2 * (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint <= EXCLUDED.prev_count
-               ELSE (b.expires_at <= coalesce($6::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
-                    AND EXCLUDED.count <= EXCLUDED.prev_count END
-    RETURNING b.key, b.count, b.expires_at, b.tat_us
+        count      = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
+                          THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
+        expires_at = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
+                          THEN EXCLUDED.expires_at ELSE b.expires_at END,
+        prev_count = 0
+    WHERE (b.expires_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
+      AND EXCLUDED.count <= EXCLUDED.prev_count
+    RETURNING b.key, b.count, b.expires_at
 )
 SELECT r.pos AS o_pos,
-       CASE WHEN r.n > 1 AND r.go AND u.key IS NULL THEN pglimit_retry_with_locks()
-            WHEN r.n = 1 THEN u.key IS NOT NULL
-            ELSE r.until IS NULL AND r.cost <= r.lim - coalesce(r.c, 0) END AS o_allowed,
-       CASE WHEN u.key IS NOT NULL AND r.algo = 3 THEN (r.at_us + r.step * r.lim - u.tat_us) / r.step
-            WHEN u.key IS NOT NULL THEN r.lim - u.count
-            WHEN r.until IS NOT NULL THEN 0
-            WHEN r.n > 1 THEN greatest(r.lim - coalesce(r.c, 0), 0)
-            WHEN r.algo = 3 THEN greatest(0, least((r.at_us + r.step * r.lim - s.tat) / r.step, r.cost - 1))
+       u.key IS NOT NULL AS o_allowed,
+       CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
+            WHEN k.key IS NOT NULL THEN 0
             ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
-       greatest(coalesce(u.expires_at,
-                         CASE WHEN r.n > 1 THEN coalesce(r.end_at, r.at + r.win * interval '1 millisecond') END,
-                         CASE WHEN r.algo = 3 THEN timestamptz 'epoch' + s.tat * interval '1 microsecond' END,
-                         s.expires_at, r.at + r.win * interval '1 millisecond'), r.until) AS o_reset_at,
+       greatest(coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
        CASE WHEN u.key IS NULL
-            THEN greatest(CASE WHEN r.algo = 3
-                               THEN timestamptz 'epoch' + (s.tat + r.cost * r.step - r.step * r.lim) * interval '1 microsecond'
-                               WHEN r.n = 1 THEN coalesce(s.expires_at, r.at + r.win * interval '1 millisecond')
-                               WHEN r.cost > r.lim - coalesce(r.c, 0)
-                               THEN coalesce(r.end_at, r.at + r.win * interval '1 millisecond') END,
-                          r.until) END AS o_retry_at,
+            THEN greatest(coalesce(s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) END AS o_retry_at,
        r.at AS o_now,
-       r.until IS NOT NULL AS o_blocked
-FROM snap r
+       k.key IS NOT NULL AS o_blocked
+FROM req r
 LEFT JOIN up u ON u.key = r.key
+LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
-    -- A denied one-bucket check's row as the snapshot has it; a token
-    -- bucket's row another instance created after the snapshot is taken
-    -- as full.
-    SELECT s.count, s.expires_at,
-           CASE WHEN s.key IS NULL THEN r.at_us + r.step * r.lim ELSE greatest(s.tat_us, r.at_us) END AS tat
-    FROM (SELECT NULL) AS one
-    LEFT JOIN pglimit_buckets s ON s.key = r.key
-    WHERE u.key IS NULL AND r.n = 1 OFFSET 0
+    SELECT s.count, s.expires_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos

@@ -1,0 +1,105 @@
+//! The common batches as one plain multi-row upsert, no PL/pgSQL: no key
+//! appears twice, every check costs at least 1, and no bucket has a lockout.
+//!
+//! The upsert resets an expired window or adds the cost only where it fits
+//! (the conflict branch's `WHERE`), so each row is decided on its locked
+//! state and a new key costs one write. A blocked key is read in the same
+//! statement and left out (denied, nothing consumed). What the branch needs
+//! beyond the stored row travels in the proposed row's columns that its
+//! algorithm does not use (the limit, for a fixed window, in `prev_count`).
+//! Rows are proposed in key order, the same lock order as the batch
+//! functions.
+//!
+//! A denied row's figures are read from the statement's snapshot; another
+//! instance may have changed the row between that snapshot and our lock, so
+//! a one-bucket check's `remaining` is capped below the cost so that it
+//! never contradicts the denial, and a row another instance created after
+//! our snapshot (so absent from it) is reported as full. Those reads sit in
+//! LATERAL subqueries that cannot be flattened (`OFFSET 0`), so that they run
+//! only for denied rows: as a plain join they ran an index lookup for every
+//! row.
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
+use super::statements::{buckets_of, keys_distinct, to_i64, Row};
+use crate::algorithm::Algorithm;
+use crate::storage::CheckBatch;
+
+/// Every check one fixed-window bucket: the commonest batch, and the
+/// leanest statement (the policy one costs 0.03-0.15 ms more a call:
+/// docs/performance.md).
+const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
+
+/// Checks of several fixed-window buckets (a policy: `login` has three)
+/// among one-bucket fixed-window and token-bucket checks. A check of several
+/// buckets is proposed only if every bucket fits as the statement's snapshot
+/// has it, and must then be written in every row: if another instance filled
+/// one of them between that snapshot and our lock, the statement raises
+/// `pglimit_retry_with_locks` (40001), which rolls it back whole, and the
+/// batch is decided again by `pglimit_check_distinct`, which locks before it
+/// reads. The sliding window and log are not here: their branch would need
+/// the limit and the window, and the proposed row has no spare column left.
+const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
+
+/// Which upsert decides a batch.
+#[derive(Clone, Copy)]
+pub(super) enum Road {
+    OneBucket,
+    Policy,
+}
+
+/// The upsert that decides `batches` exactly, if one does.
+pub(super) fn road(batches: &[&CheckBatch]) -> Option<Road> {
+    let plain = |batch: &&CheckBatch| batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none());
+    if !batches.iter().all(plain) || !keys_distinct(batches) {
+        return None;
+    }
+    let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
+    let one = |batch: &&CheckBatch| batch.buckets.len() == 1;
+    let token = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::TokenBucket;
+    if batches.iter().all(|b| one(b) && fixed(b)) {
+        Some(Road::OneBucket)
+    } else if batches.iter().all(|b| fixed(b) || token(b)) {
+        Some(Road::Policy)
+    } else {
+        None
+    }
+}
+
+/// Whether `e` is `pglimit_retry_with_locks`: decide the batch again with locks.
+pub(super) fn must_retry_with_locks(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001"))
+}
+
+pub(super) async fn run(
+    conn: &mut PgConnection,
+    road: Road,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let buckets = || buckets_of(batches);
+    let keys: Vec<&[u8]> = buckets().map(|(_, _, b)| b.key.as_slice()).collect();
+    let limits: Vec<i64> = buckets().map(|(_, _, b)| to_i64(b.limit)).collect();
+    let windows: Vec<i64> = buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect();
+    let costs: Vec<i64> = buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect();
+    match road {
+        Road::OneBucket => {
+            let query = sqlx::query_as(ONE_BUCKET_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
+            query.bind(now).fetch_all(conn).await
+        }
+        Road::Policy => {
+            sqlx::query_as(POLICY_UPSERT)
+                .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
+                .bind(keys)
+                .bind(limits)
+                .bind(windows)
+                .bind(costs)
+                .bind(now)
+                .bind(buckets().map(|(_, _, b)| b.algorithm.code()).collect::<Vec<_>>())
+                .bind(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect::<Vec<_>>())
+                .fetch_all(conn)
+                .await
+        }
+    }
+}
