@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::{Serialize, Serializer};
 
 use super::plan::{Applied, Matched};
@@ -149,5 +149,47 @@ pub fn seconds_until(now: DateTime<Utc>, then: DateTime<Utc>) -> u64 {
 }
 
 fn rfc3339_ms<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true))
+    match rfc3339_ms_fast(at) {
+        Some(text) => s.serialize_str(std::str::from_utf8(&text).unwrap_or_default()),
+        None => s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true)),
+    }
+}
+
+/// `2026-11-29T15:17:53.942Z` without chrono's formatting machinery, which
+/// cost a measurable share of a denial answered from memory; `None` (so
+/// chrono formats it) for a year outside 0 to 9999 or a leap second.
+fn rfc3339_ms_fast(at: &DateTime<Utc>) -> Option<[u8; 24]> {
+    if !(0..=9999).contains(&at.year()) || at.nanosecond() >= 1_000_000_000 {
+        return None;
+    }
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let year = at.year() as u32;
+    let fields = [(0, year / 100), (2, year % 100), (5, at.month()), (8, at.day()), (11, at.hour())];
+    let time = [(14, at.minute()), (17, at.second()), (20, at.nanosecond() / 10_000_000)];
+    for (pos, value) in fields.into_iter().chain(time) {
+        out[pos] = b'0' + (value / 10) as u8;
+        out[pos + 1] = b'0' + (value % 10) as u8;
+    }
+    out[22] = b'0' + (at.nanosecond() / 1_000_000 % 10) as u8;
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_chrono_writes_them() {
+        let mut us: i64 = -62_167_219_200_000_000; // 0000-01-01
+        while us < 253_402_300_800_000_000 {
+            let at = DateTime::from_timestamp_micros(us).expect("in range");
+            let fast = rfc3339_ms_fast(&at).expect("a year of four digits");
+            assert_eq!(
+                std::str::from_utf8(&fast),
+                Ok(at.to_rfc3339_opts(SecondsFormat::Millis, true).as_str())
+            );
+            us += 3_141_592_653_589 + us.rem_euclid(999_983);
+        }
+        assert_eq!(rfc3339_ms_fast(&DateTime::<Utc>::MAX_UTC), None);
+    }
 }
