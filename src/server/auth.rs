@@ -1,6 +1,10 @@
 //! Bearer-token authentication for `/check`.
 
-use axum::http::{header, HeaderMap};
+use std::convert::Infallible;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -24,11 +28,15 @@ impl Auth {
     }
 
     pub fn verify(&self, headers: &HeaderMap) -> Result<(), Error> {
+        self.verify_header(headers.get(header::AUTHORIZATION))
+    }
+
+    /// As [`Auth::verify`], given the request's (first) `Authorization` header.
+    pub fn verify_header(&self, authorization: Option<&HeaderValue>) -> Result<(), Error> {
         if self.is_open() {
             return Ok(());
         }
-        let presented = headers
-            .get(header::AUTHORIZATION)
+        let presented = authorization
             .ok_or(Error::Unauthorized("missing Authorization: Bearer <token> header"))?
             .to_str()
             .ok()
@@ -49,4 +57,22 @@ impl Auth {
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
+}
+
+/// A request's `Authorization` header alone, all that [`Auth::verify_header`]
+/// reads: the `HeaderMap` extractor copies every header of every request.
+pub struct Authorization(Option<HeaderValue>);
+
+impl Authorization {
+    pub fn value(&self) -> Option<&HeaderValue> {
+        self.0.as_ref()
+    }
+}
+
+impl<S: Sync> FromRequestParts<S> for Authorization {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Self(parts.headers.get(header::AUTHORIZATION).cloned()))
+    }
 }

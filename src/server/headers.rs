@@ -7,6 +7,8 @@
 //! restricted to `[A-Za-z0-9_-]` (see `policy::is_valid_name`), so they never
 //! need escaping inside the quoted string.
 
+use std::fmt::Write;
+
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 
 use crate::limiter::{seconds_until, Decision};
@@ -15,22 +17,30 @@ pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-pol
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 pub fn rate_limit_headers(decision: &Decision) -> HeaderMap {
-    let mut policy = Vec::with_capacity(decision.buckets.len());
-    let mut state = Vec::with_capacity(decision.buckets.len());
-    for b in &decision.buckets {
+    let mut headers = HeaderMap::with_capacity(4);
+    insert_rate_limit_headers(decision, &mut headers);
+    headers
+}
+
+/// Adds the headers to `headers`: a response's own map, so that they are
+/// not rendered into a map of their own and then copied over.
+pub fn insert_rate_limit_headers(decision: &Decision, headers: &mut HeaderMap) {
+    let room = 32 * decision.buckets.len();
+    let (mut policy, mut state) = (String::with_capacity(room), String::with_capacity(room));
+    for (i, b) in decision.buckets.iter().enumerate() {
+        let comma = if i == 0 { "" } else { ", " };
         let window_s = b.window.as_millis().div_ceil(1000).max(1);
-        policy.push(format!("\"{}\";q={};w={}", b.name, b.limit, window_s));
+        // Writing to a String cannot fail.
+        let _ = write!(policy, "{comma}\"{}\";q={};w={}", b.name, b.limit, window_s);
         let reset_s = seconds_until(decision.now, b.reset_at);
-        state.push(format!("\"{}\";r={};t={}", b.name, b.remaining, reset_s));
+        let _ = write!(state, "{comma}\"{}\";r={};t={}", b.name, b.remaining, reset_s);
     }
-    let mut headers = HeaderMap::new();
-    insert(&mut headers, RATELIMIT_POLICY.clone(), policy.join(", "));
-    insert(&mut headers, RATELIMIT.clone(), state.join(", "));
+    insert(headers, RATELIMIT_POLICY.clone(), policy);
+    insert(headers, RATELIMIT.clone(), state);
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(retry) = decision.retry_after_s {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(retry.max(1)));
     }
-    headers
 }
 
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
