@@ -61,9 +61,10 @@ impl<S: Store> DenyCache<S> {
 
     fn recall(&self, fingerprint: u64) -> Option<Answer> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let remembered = entries.map.get(&fingerprint).filter(|r| Instant::now() < r.until)?;
+        let now = Instant::now();
+        let remembered = entries.map.get(&fingerprint).filter(|r| now < r.until)?;
         // Set the answer's clock so that its durations are what is left now.
-        let left = remembered.until.saturating_duration_since(Instant::now());
+        let left = remembered.until.saturating_duration_since(now);
         let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
         Some(Answer { now, cached: true, ..remembered.checked.clone() })
     }
