@@ -10,9 +10,12 @@
 -- (step * limit, in µs) in prev_count and, in tat_us, now + cost * step, so
 -- that the branch adds cost * step as tat_us - now. Neither algorithm reads
 -- the column it borrows.
-WITH req AS (
+WITH clock AS (
+    -- The clock in µs, once: the conflict branch below reads it too.
+    SELECT (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint AS now_us
+), req AS (
     SELECT r.chk, r.key, r.lim, r.win, r.cost, r.algo, r.n, r.pos::integer AS pos, at,
-           CASE WHEN r.algo = 3 THEN (extract(epoch FROM at) * 1000000)::bigint END AS at_us,
+           CASE WHEN r.algo = 3 THEN (SELECT now_us FROM clock) END AS at_us,
            CASE WHEN r.algo = 3 THEN greatest(r.win * 1000 / greatest(r.lim, 1), 1) END AS step
     FROM unnest($1::integer[], $2::bytea[], $3::bigint[], $4::bigint[], $5::bigint[], $7::smallint[], $8::integer[])
          WITH ORDINALITY AS r(chk, key, lim, win, cost, algo, n, pos),
@@ -48,21 +51,20 @@ WITH req AS (
            CASE WHEN algo = 3 THEN step * lim ELSE lim END,
            CASE WHEN algo = 3 THEN at_us + cost * step END
     FROM snap WHERE cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
-    -- now_us is written out where needed: a conflict branch has no aliases.
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
                           WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.count
                           ELSE b.count + EXCLUDED.count END,
         expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN timestamptz 'epoch' + (greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us
-                                                      - (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) * interval '1 microsecond'
+                          THEN timestamptz 'epoch' + (greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                                                      - (SELECT now_us FROM clock)) * interval '1 microsecond'
                           WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.expires_at
                           ELSE b.expires_at END,
         prev_count = 0,
         tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us - (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint END
+                          THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - (SELECT now_us FROM clock) END
     WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
-               THEN greatest(b.tat_us, (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint) + EXCLUDED.tat_us - 2 * (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint <= EXCLUDED.prev_count
+               THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - 2 * (SELECT now_us FROM clock) <= EXCLUDED.prev_count
                ELSE (b.expires_at <= coalesce($6::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
                     AND EXCLUDED.count <= EXCLUDED.prev_count END
     RETURNING b.key, b.count, b.expires_at, b.tat_us

@@ -8,7 +8,6 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::upsert;
-
 use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 
 /// The general case: any algorithms, any number of buckets per check, keys
@@ -47,7 +46,8 @@ pub(super) async fn decide(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut rows = match upsert::road(batches) {
+    let distinct = keys_distinct(batches);
+    let mut rows = match upsert::road(batches, distinct) {
         Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
                 tracing::debug!(
@@ -57,7 +57,7 @@ pub(super) async fn decide(
             }
             rows => rows?,
         },
-        None if keys_distinct(batches) => check_batch(conn, batches, now, Route::Distinct).await?,
+        None if distinct => check_batch(conn, batches, now, Route::Distinct).await?,
         None => check_batch(conn, batches, now, Route::Any).await?,
     };
     rows.sort_by_key(|r| r.o_pos);
@@ -79,7 +79,7 @@ pub(super) async fn decide_on_node(
 }
 
 /// Whether no key appears twice among the buckets of `batches`.
-pub(super) fn keys_distinct(batches: &[&CheckBatch]) -> bool {
+fn keys_distinct(batches: &[&CheckBatch]) -> bool {
     let mut keys = HashSet::with_capacity(batches.len() * 3);
     batches.iter().flat_map(|batch| &batch.buckets).all(|bucket| keys.insert(bucket.key))
 }

@@ -22,7 +22,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::statements::{buckets_of, keys_distinct, to_i64, Row};
+use super::statements::{buckets_of, to_i64, Row};
 use crate::algorithm::Algorithm;
 use crate::storage::CheckBatch;
 
@@ -49,10 +49,11 @@ pub(super) enum Road {
     Policy,
 }
 
-/// The upsert that decides `batches` exactly, if one does.
-pub(super) fn road(batches: &[&CheckBatch]) -> Option<Road> {
+/// The upsert that decides `batches` exactly, if one does; `distinct`:
+/// whether no key appears twice among them.
+pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
     let plain = |batch: &&CheckBatch| batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none());
-    if !batches.iter().all(plain) || !keys_distinct(batches) {
+    if !distinct || !batches.iter().all(plain) {
         return None;
     }
     let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
