@@ -241,3 +241,51 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     assert_eq!(live.0, 0, "the roomy bucket holds a unit of a denied check");
     pool.close().await;
 }
+
+/// A sliding-window check admitted on the upsert's snapshot but denied on
+/// its locked row (another instance took the last unit in between) is
+/// decided again with locks, so that its answer's figures agree with the
+/// denial: nothing left, and a time to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sliding_window_check_whose_row_fills_under_its_upsert_is_denied_with_figures() {
+    use pglimit::algorithm::Algorithm;
+    use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+    let url = fresh_database().await;
+    let pg = crate::common::pg_store(&url).await;
+    let bucket = BucketSpec {
+        name: std::sync::Arc::from("sliding"),
+        key: [7; 32],
+        limit: 2,
+        window: std::time::Duration::from_secs(3600),
+        algorithm: Algorithm::SlidingWindow,
+        lockout: None,
+    };
+    let key = bucket.key;
+    let now: chrono::DateTime<chrono::Utc> = "2031-06-01T00:10:00Z".parse().unwrap();
+    let check = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
+    assert!(pg.check_as_of(&check, now).await.expect("postgres answers").allowed());
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    // Another instance is taking the last unit, not yet committed.
+    let mut other = pool.begin().await.expect("begin");
+    sqlx::query("UPDATE pglimit_buckets SET count = 2 WHERE key = $1")
+        .bind(key.as_slice())
+        .execute(&mut *other)
+        .await
+        .expect("take the last unit");
+    let checking = tokio::spawn(async move { pg.check_as_of(&check, now).await });
+    crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
+    other.commit().await.expect("commit");
+
+    let answer = checking.await.expect("check task").expect("postgres answers");
+    let bucket = &answer.buckets[0];
+    assert!(!bucket.allowed, "the row was full when the upsert locked it");
+    assert_eq!(bucket.remaining, 0, "a denied check reports nothing left");
+    assert!(bucket.retry_at.is_some_and(|t| t > now), "a denied check says when to retry");
+    let count: (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
+        .bind(key.as_slice())
+        .fetch_one(&pool)
+        .await
+        .expect("the bucket");
+    assert_eq!(count.0, 2, "the denied check took nothing");
+    pool.close().await;
+}

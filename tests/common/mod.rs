@@ -153,6 +153,22 @@ pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
     pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
 }
 
+/// Makes the upsert's retry with locks an error in the database of `url`.
+/// With one instance no row changes between a statement's snapshot and its
+/// lock, so a retry there means the upsert's conflict branch and its answer
+/// disagree, which the retry would otherwise decide again and hide.
+pub async fn forbid_retries_with_locks(url: &str) {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    sqlx::query(
+        "CREATE OR REPLACE FUNCTION pglimit_retry_with_locks() RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'the upsert asked to retry with locks, with no other writer'; END $$",
+    )
+    .execute(&pool)
+    .await
+    .expect("replace pglimit_retry_with_locks");
+    pool.close().await;
+}
+
 /// Waits until a backend of the database of `pool` waits on `event`
 /// (`wait_event_type` or `wait_event` in pg_stat_activity, e.g. `Lock` or
 /// `PgSleep`): a statement a test holds up has reached the server.
