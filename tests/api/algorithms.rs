@@ -99,7 +99,8 @@ async fn the_plain_upsert_decides_exactly_as_the_model() {
         // that a step lands on a window's edge now and then.
         let coarse = round >= 8;
         let window_ms = rng.gen_range(200..3_000);
-        let s = spec(3, algorithm, rng.gen_range(1..8), if coarse { window_ms / 100 * 100 } else { window_ms });
+        let s =
+            spec(3, algorithm, rng.gen_range(1..8), if coarse { window_ms / 100 * 100 } else { window_ms });
         let mut model: Option<State> = None;
         for step in 0..60 {
             let step_us = rng.gen_range(0..400_000);

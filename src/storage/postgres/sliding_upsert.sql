@@ -1,40 +1,62 @@
--- One-bucket sliding-window checks as one plain multi-row upsert (see
+-- One-bucket sliding checks as one plain multi-row upsert (see
 -- SLIDING_UPSERT in upsert.rs): $1 each check's key, $2 limit, $3 window
--- (ms), $4 cost, $5 the clock (NULL: the database's).
+-- (ms), $4 cost, $5 the clock (NULL: the database's), $6 the algorithm
+-- (1 sliding window, 2 sliding log).
 --
 -- The sliding window counter (pglimit_decide, algo 1) keeps the current
 -- window's count and the previous one's; windows are aligned on the clock,
--- and a row ends one window after its current window (end_at). The
--- proposed row is the state a first check leaves. The row has no column to
--- spare for the limit and the window, so the conflict branch reads them at
--- the key's place in $1 (no key appears twice here).
+-- and a row ends one window after its current window (end_at). The sliding
+-- log keeps a timestamp per unit admitted in the last window. The proposed
+-- row is the state a first check leaves, and a sliding log's is the one
+-- with a log. The row has no column to spare for the limit and the window,
+-- so the conflict branch reads them at the key's place in $1 (no key
+-- appears twice here).
 WITH clock AS (
     SELECT coalesce($5::timestamptz, now()) AS at,
            (extract(epoch FROM coalesce($5::timestamptz, now())) * 1000000)::bigint AS now_us
 ), req AS (
-    SELECT r.key, r.lim, r.win * 1000 AS win_us, r.cost, r.pos::integer AS pos, c.at, c.now_us,
-           timestamptz 'epoch' + (c.now_us / (r.win * 1000) + 2) * r.win * 1000 * interval '1 microsecond' AS end_at
-    FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos),
+    SELECT r.key, r.lim, r.win * 1000 AS win_us, r.cost, r.algo, r.pos::integer AS pos, c.at, c.now_us,
+           CASE WHEN r.algo = 1
+                THEN timestamptz 'epoch' + (c.now_us / (r.win * 1000) + 2) * r.win * 1000 * interval '1 microsecond'
+                ELSE c.at + r.win * interval '1 millisecond' END AS end_at
+    FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $6::smallint[])
+         WITH ORDINALITY AS r(key, lim, win, cost, algo, pos),
          clock c
 ), blk AS (
     SELECT k.key, k.until FROM pglimit_blocks k
     WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
-    SELECT key, cost, end_at, 0 FROM req
+    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, log)
+    SELECT key, CASE WHEN algo = 1 THEN cost ELSE 0 END, end_at, 0,
+           CASE WHEN algo = 2 THEN array_fill(now_us, ARRAY[cost::integer]) END
+    FROM req
     WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
-        count      = CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count,
-        prev_count = pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
-                                          ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
-        expires_at = EXCLUDED.expires_at
-    WHERE pglimit_sliding_weight(pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
-                                                      ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
-                                 ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
-                                 (SELECT now_us FROM clock))
-          + CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+        count      = CASE WHEN EXCLUDED.log IS NULL
+                          THEN CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+                          ELSE 0 END,
+        prev_count = CASE WHEN EXCLUDED.log IS NULL
+                          THEN pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                    ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                          ELSE 0 END,
+        expires_at = EXCLUDED.expires_at,
+        -- The entries still in the window, then this check's.
+        log        = CASE WHEN EXCLUDED.log IS NOT NULL
+                          THEN ARRAY(SELECT x FROM unnest(b.log) AS x
+                                     WHERE x > (SELECT now_us FROM clock)
+                                               - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000
+                                     ORDER BY x) || EXCLUDED.log END
+    WHERE CASE WHEN EXCLUDED.log IS NULL
+               THEN pglimit_sliding_weight(pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
+                                           ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
+                                           (SELECT now_us FROM clock))
+                    + CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+               ELSE (SELECT count(*) FROM unnest(b.log) AS x
+                     WHERE x > (SELECT now_us FROM clock) - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                    + cardinality(EXCLUDED.log) END
           <= ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)]
-    RETURNING b.key, b.count, b.prev_count, b.expires_at
+    RETURNING b.key, b.count, b.prev_count, b.expires_at, cardinality(b.log) AS entries
 )
 SELECT r.pos AS o_pos,
        -- Denied on its locked row but admitted on the statement's snapshot:
@@ -42,7 +64,8 @@ SELECT r.pos AS o_pos,
        -- the denial; the batch is decided again with locks (upsert.rs).
        CASE WHEN d.allowed AND k.key IS NULL THEN pglimit_retry_with_locks()
             ELSE u.key IS NOT NULL END AS o_allowed,
-       CASE WHEN u.key IS NOT NULL
+       CASE WHEN u.key IS NOT NULL AND r.algo = 2 THEN greatest(r.lim - u.entries, 0)
+            WHEN u.key IS NOT NULL
             THEN greatest(r.lim - pglimit_sliding_weight(u.prev_count, r.win_us, r.now_us) - u.count, 0)
             WHEN k.key IS NOT NULL THEN 0
             ELSE d.remaining END AS o_remaining,
@@ -59,8 +82,8 @@ LEFT JOIN LATERAL (
     -- model's SQL translation (a row absent from it counts as new).
     SELECT d.* FROM (SELECT NULL) AS one
     LEFT JOIN pglimit_buckets s ON s.key = r.key
-    CROSS JOIN LATERAL pglimit_decide(1::smallint, s.count, s.prev_count,
-                                      (extract(epoch FROM s.expires_at) * 1000000)::bigint, NULL, NULL,
+    CROSS JOIN LATERAL pglimit_decide(r.algo, s.count, s.prev_count,
+                                      (extract(epoch FROM s.expires_at) * 1000000)::bigint, NULL, s.log,
                                       r.lim, r.win_us, r.cost, r.now_us, false) AS d
     WHERE u.key IS NULL OFFSET 0
 ) d ON true

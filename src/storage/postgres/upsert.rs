@@ -38,15 +38,15 @@ const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 /// one of them between that snapshot and our lock, the statement raises
 /// `pglimit_retry_with_locks` (40001), which rolls it back whole, and the
 /// batch is decided again by `pglimit_check_distinct`, which locks before it
-/// reads. The sliding window has a statement of its own (below): in this one
-/// its branch made every other check 10% dearer (docs/performance.md); the
-/// sliding log stays on `pglimit_check_distinct`.
+/// reads. The sliding window and log have a statement of their own
+/// (below): in this one their branch made every other check 10% dearer
+/// (docs/performance.md).
 const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
 
-/// Every check one sliding-window bucket. A check its locked row denies and
-/// the statement's snapshot admits (another instance changed the row in
-/// between) raises `pglimit_retry_with_locks` too, as its answer's figures
-/// come from that snapshot and would contradict the denial.
+/// Every check one sliding-window or sliding-log bucket. A check its locked
+/// row denies and the statement's snapshot admits (another instance changed
+/// the row in between) raises `pglimit_retry_with_locks` too, as its
+/// answer's figures come from that snapshot and would contradict the denial.
 const SLIDING_UPSERT: &str = include_str!("sliding_upsert.sql");
 
 /// Which upsert decides a batch.
@@ -67,7 +67,9 @@ pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
     let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
     let one = |batch: &&CheckBatch| batch.buckets.len() == 1;
     let token = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::TokenBucket;
-    let sliding = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::SlidingWindow;
+    let sliding = |batch: &&CheckBatch| {
+        one(batch) && matches!(batch.buckets[0].algorithm, Algorithm::SlidingWindow | Algorithm::SlidingLog)
+    };
     if batches.iter().all(|b| one(b) && fixed(b)) {
         Some(Road::OneBucket)
     } else if batches.iter().all(sliding) {
@@ -96,10 +98,14 @@ pub(super) async fn run(
     let windows: Vec<i64> = buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect();
     let costs: Vec<i64> = buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect();
     match road {
-        Road::OneBucket | Road::Sliding => {
-            let sql = if matches!(road, Road::OneBucket) { ONE_BUCKET_UPSERT } else { SLIDING_UPSERT };
-            let query = sqlx::query_as(sql).bind(keys).bind(limits).bind(windows).bind(costs);
+        Road::OneBucket => {
+            let query = sqlx::query_as(ONE_BUCKET_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
             query.bind(now).fetch_all(conn).await
+        }
+        Road::Sliding => {
+            let query = sqlx::query_as(SLIDING_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
+            let algorithms: Vec<i16> = buckets().map(|(_, _, b)| b.algorithm.code()).collect();
+            query.bind(now).bind(algorithms).fetch_all(conn).await
         }
         Road::Policy => {
             sqlx::query_as(POLICY_UPSERT)
