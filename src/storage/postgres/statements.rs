@@ -153,7 +153,7 @@ fn split(batches: &[&CheckBatch], rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::E
                 blocked: r.o_blocked,
             })
             .collect();
-        Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false }
+        Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false, timing: None }
     });
     Ok(answers.collect())
 }
