@@ -10,12 +10,19 @@
 //! (and with `PGLIMIT_METRICS=false` it never is) every call is a no-op.
 //! Install before loading policies: their [`PolicyCounters`] are registered
 //! with the recorder installed at that moment.
+//!
+//! The slow-check log ([`SlowChecks`]) is here too: what it records is
+//! plain durations and labels, and it serves operators as metrics do.
+
+mod slow;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub use slow::{SlowCheck, SlowChecks, SlowListing};
 
 /// The `policy` label of ad hoc keys, which have no policy name.
 pub const ADHOC: &str = "_adhoc";
