@@ -22,7 +22,9 @@
 //! protocol against `/check`'s policy form, requests/s and p99 (proxies.rs).
 //! Then issue 16's: policies and algorithms (policies.rs), the concurrency
 //! curve, whose chart data it writes to the meta's `curve_tsv` (curve.rs),
-//! and the targets (targets.rs).
+//! and the targets (targets.rs). Where a check's time goes (phases.rs) and,
+//! with `BENCH_SLOW=1`, the slowest checks' own phases (slow.rs) come
+//! before the curve.
 
 // Modules of their own, so that this file does not grow further.
 #[path = "report/curve.rs"]
@@ -33,6 +35,8 @@ mod phases;
 mod policies;
 #[path = "report/proxies.rs"]
 mod proxies;
+#[path = "report/slow.rs"]
+mod slow;
 #[path = "report/targets.rs"]
 mod targets;
 
@@ -114,6 +118,8 @@ struct Record {
     mean_us: f64,
     /// pglimit's phases, from its `/metrics`.
     phases: Option<phases::Phases>,
+    /// pglimit's slowest checks, from its slow-check log (`BENCH_SLOW=1`).
+    slow: Option<slow::Slowest>,
     /// Answers other than 2xx/3xx, as wrk counts them.
     status_errors: f64,
     /// CPU µs per request of the server process.
@@ -188,6 +194,7 @@ fn record(problems: Vec<String>) -> Record {
         p99_us: NAN,
         mean_us: NAN,
         phases: None,
+        slow: None,
         status_errors: NAN,
         service_us: NAN,
         statements: NAN,
@@ -550,6 +557,7 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
         record.cpu = cpu_per_request(&read(&dir, "cpu"), record.requests, clk_tck);
         record.service_us = targets::service_us(&read(&dir, "cpu"), record.requests, clk_tck);
         record.phases = phases::read(&dir);
+        record.slow = slow::read(&dir, record.requests);
         // Every step must have produced numbers.
         for (name, value) in [
             ("requests", record.requests),
@@ -954,6 +962,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     if let Some(table) = phases::table(records) {
         lines.extend([phases::INTRO.to_string(), String::new(), table, String::new()]);
     }
+    if let Some(table) = slow::table(records) {
+        lines.extend([slow::INTRO.to_string(), String::new(), table, String::new()]);
+    }
     if let Some(table) = curve::table(records, &curve::points(meta)) {
         lines.extend([curve::intro(meta), String::new(), table, String::new()]);
     }
@@ -1039,6 +1050,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
     }
     if records.iter().any(|r| r.phases.is_some()) {
         writeln!(report, "{}", phases::HOW_TO_READ).expect("a String");
+    }
+    if records.iter().any(|r| r.slow.is_some()) {
+        writeln!(report, "{}", slow::HOW_TO_READ).expect("a String");
     }
     if !curve::points(meta).is_empty() {
         writeln!(report, "{}", curve::HOW_TO_READ).expect("a String");

@@ -99,6 +99,7 @@ impl Service {
             admin: admin_access(config),
             metrics,
             request_timeout: config.request_timeout,
+            slow_checks: telemetry::SlowChecks::new(config.slow_checks),
         });
         Ok(Self { state, cluster, background })
     }

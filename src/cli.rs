@@ -133,6 +133,10 @@ pub struct ServeArgs {
     /// always reloads it [default: true].
     #[arg(long, env = "PGLIMIT_WATCH_POLICIES")]
     pub watch_policies: Option<String>,
+    /// The slowest checks kept, with their phases, for GET
+    /// /admin/slow-checks, 0 to 100000; 0 keeps none [default: 128].
+    #[arg(long, env = "PGLIMIT_SLOW_CHECKS")]
+    pub slow_checks: Option<String>,
 }
 
 /// The flags of `migrate`.

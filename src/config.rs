@@ -42,6 +42,8 @@ pub struct Config {
     pub watch_policies: bool,
     /// Longest a request may take before it is answered 503.
     pub request_timeout: Duration,
+    /// The slowest checks kept for `GET /admin/slow-checks`; 0: none.
+    pub slow_checks: usize,
 }
 
 /// Redacts the database URL (it may hold a password) and the secret.
@@ -175,6 +177,13 @@ impl Config {
                 .filter(|t| !t.is_empty()),
             shadow: boolean(&get, "PGLIMIT_SHADOW", false)?,
             watch_policies: boolean(&get, "PGLIMIT_WATCH_POLICIES", true)?,
+            slow_checks: in_range(
+                &get,
+                "PGLIMIT_SLOW_CHECKS",
+                "128",
+                0..=100_000,
+                "a number of checks from 0 to 100000",
+            )?,
             request_timeout: Duration::ZERO,
         }
         .with_request_timeout(&get)
@@ -298,6 +307,7 @@ mod tests {
         assert_eq!(c.cleanup_rate, 0.01);
         assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
         assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
+        assert_eq!(c.slow_checks, 128);
     }
 
     #[test]
@@ -318,6 +328,7 @@ mod tests {
             ("PGLIMIT_LOG_FORMAT", "xml"),
             ("PGLIMIT_METRICS", "yes"),
             ("PGLIMIT_REQUEST_TIMEOUT_MS", "1000"),
+            ("PGLIMIT_SLOW_CHECKS", "100001"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);

@@ -31,7 +31,8 @@
 //!   handlers, headers, auth, the request layers (ids, logs, timeout,
 //!   panics), `/metrics`, `serve`.
 //! - [`telemetry`]: every metric's name and description, recorded through
-//!   the `metrics` facade and rendered by the Prometheus exporter.
+//!   the `metrics` facade and rendered by the Prometheus exporter; the
+//!   slow-check log.
 //! - [`reload`]: the policy file reloaded on SIGHUP and on change, swapped
 //!   in whole.
 //! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.

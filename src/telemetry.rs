@@ -10,12 +10,19 @@
 //! (and with `PGLIMIT_METRICS=false` it never is) every call is a no-op.
 //! Install before loading policies: their [`PolicyCounters`] are registered
 //! with the recorder installed at that moment.
+//!
+//! The slow-check log ([`SlowChecks`]) is here too: what it records is
+//! plain durations and labels, and it serves operators as metrics do.
+
+mod slow;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub use slow::{SlowCheck, SlowChecks, SlowListing};
 
 /// The `policy` label of ad hoc keys, which have no policy name.
 pub const ADHOC: &str = "_adhoc";
@@ -26,6 +33,7 @@ const CHECK_DURATION: &str = "pglimit_check_duration_seconds";
 const DB_CALL_DURATION: &str = "pglimit_db_call_duration_seconds";
 const BATCH_SIZE: &str = "pglimit_batch_size";
 const CHECK_PHASE: &str = "pglimit_check_phase_seconds";
+const UPSERT_RETRIES: &str = "pglimit_policy_upsert_retries_total";
 const DEGRADED: &str = "pglimit_degraded";
 const SWITCHES: &str = "pglimit_fallback_switches_total";
 const CLEANUP_DELETED: &str = "pglimit_cleanup_deleted_rows_total";
@@ -56,6 +64,7 @@ pub fn install() -> PrometheusHandle {
             describe();
             gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             gauge!(DEGRADED).set(0.0);
+            counter!(UPSERT_RETRIES).increment(0);
             let _ = DURATIONS.set(STORES.map(|store| histogram!(CHECK_DURATION, "store" => store)));
             let _ = CALLS.set([histogram!(DB_CALL_DURATION), histogram!(BATCH_SIZE)]);
             let _ = PHASES.set(PHASE_NAMES.map(|phase| histogram!(CHECK_PHASE, "phase" => phase)));
@@ -86,6 +95,10 @@ fn describe() {
         CHECK_PHASE,
         Unit::Seconds,
         "Where a check decided by Postgres spent its time: queued in the instance (queue), then its call (postgres: the statement, the commit and the round trip)"
+    );
+    describe_counter!(
+        UPSERT_RETRIES,
+        "Batches the policy upsert gave up on because another instance filled a bucket under it, decided again with locks"
     );
     describe_gauge!(DEGRADED, "1 while this instance answers without Postgres");
     describe_counter!(SWITCHES, "Switches between Postgres and memory, by direction");
@@ -186,6 +199,12 @@ pub fn check_phases(queued: Duration, call: Duration) {
         queue.record(queued.as_secs_f64());
         postgres.record(call.as_secs_f64());
     }
+}
+
+/// A batch the policy upsert gave up on (40001, `pglimit_retry_with_locks`),
+/// decided again with locks. Rare, so looked up rather than registered.
+pub fn policy_upsert_retried() {
+    counter!(UPSERT_RETRIES).increment(1);
 }
 
 /// The instance switched to memory (`true`) or back to Postgres.

@@ -87,8 +87,8 @@ bound of the histogram bucket that holds it): **queue** is the time a check wait
 call to Postgres (the call in flight must end first); **call** is the call's round trip, which holds the \
 statement (pg_stat_statements' mean execution time, **statement**), the commit with its WAL flush, and the \
 wire; **check** is the whole check as the limiter saw it; **outside** is wrk's mean latency minus the \
-check's mean: HTTP, JSON, the policy and the deny cache, and the load generator itself. Per-phase \
-timings of each slow check are not recorded yet.
+check's mean: HTTP, JSON, the policy and the deny cache, and the load generator itself. The \
+slowest checks' own phases: `BENCH_SLOW=1` (*The slowest checks*).
 ";
 
 /// One row per pglimit measurement with phases.

@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::plan::{Applied, Matched};
 use crate::algorithm::Algorithm;
-use crate::storage::{Answer, BucketSpec, StoreKind};
+use crate::storage::{Answer, BucketSpec, CallTiming, StoreKind};
 
 /// The outcome of a check. A denial is a normal outcome, not an error.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +38,12 @@ pub struct Decision {
     /// The deciding store's clock; header durations count from here.
     #[serde(skip)]
     pub now: DateTime<Utc>,
+    /// Repeated by the deny cache rather than decided by `store` now.
+    #[serde(skip)]
+    pub cached: bool,
+    /// The store's timing of the check, for the slow-check log.
+    #[serde(skip)]
+    pub timing: Option<CallTiming>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,7 +97,7 @@ impl Decision {
             headline.map_or((0, 0, now), |b| (b.limit, b.remaining, b.reset_at));
         let retry_at = headline.and_then(|b| b.retry_at).unwrap_or(reset_at);
         let retry_after_s = (!allowed).then(|| seconds_until(now, retry_at).max(1));
-        let (store, degraded) = (answer.store, answer.degraded);
+        let (store, degraded, cached, timing) = (answer.store, answer.degraded, answer.cached, answer.timing);
         let (shadow, would_allow, matched) = (false, None, None);
         let blocked_by = buckets.iter().find(|b| b.blocked).map(|b| b.name.clone());
         Self {
@@ -108,6 +114,8 @@ impl Decision {
             matched,
             buckets,
             now,
+            cached,
+            timing,
         }
     }
 
@@ -127,6 +135,16 @@ impl Decision {
         }
         let would_allow = Some(self.allowed);
         Self { allowed: true, retry_after_s: None, shadow, would_allow, ..self }
+    }
+
+    /// Which store answered, as metrics label it: one of `StoreKind`'s, or
+    /// `deny_cache` for a remembered denial.
+    pub fn store_label(&self) -> &'static str {
+        if self.cached {
+            "deny_cache"
+        } else {
+            self.store.as_str()
+        }
     }
 
     /// `allowed`, `denied`, `shadow_denied` or `error`, as metrics count it.

@@ -113,7 +113,6 @@ impl<S: Store> Limiter<S> {
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
         let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
-        let store = if answer.cached { "deny_cache" } else { answer.store.as_str() };
         let mut decision = Decision::new(&plan.batch.buckets, answer);
         if let Some(matched) = plan.matched {
             decision = decision.overridden(matched);
@@ -122,7 +121,7 @@ impl<S: Store> Limiter<S> {
         if refused {
             decision.would_allow = Some(false);
         }
-        plan.counters.check(decision.outcome(), store, took);
+        plan.counters.check(decision.outcome(), decision.store_label(), took);
         let by_buckets = plan.matched.is_none_or(|m| m.action != Applied::Deny);
         for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
             plan.counters.bucket_denied(&bucket.name);
@@ -173,5 +172,5 @@ fn uncounted(batch: &CheckBatch, allowed: bool, degraded: bool) -> Answer {
             blocked: false,
         })
         .collect();
-    Answer { buckets, now, store: StoreKind::None, degraded, cached: false }
+    Answer { buckets, now, store: StoreKind::None, degraded, cached: false, timing: None }
 }

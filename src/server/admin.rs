@@ -1,4 +1,5 @@
-//! The admin routes: `POST`, `DELETE` and `GET /admin/blocks`.
+//! The admin routes: `POST`, `DELETE` and `GET /admin/blocks`; `GET` and
+//! `DELETE /admin/slow-checks`.
 //!
 //! They take an admin token (`PGLIMIT_ADMIN_TOKENS`), never an API token:
 //! an application may reset its own users' counters, but only an operator
@@ -20,6 +21,7 @@ use super::AppState;
 use crate::error::Error;
 use crate::limiter::BlockRequest;
 use crate::storage::{Block, BlockTarget};
+use crate::telemetry::{SlowCheck, SlowListing};
 
 /// Most blocks one listing returns, and the default.
 const MAX_LISTED: u32 = 10_000;
@@ -91,6 +93,49 @@ pub async fn list(
     }
     let blocks = state.limiter.blocks(limit).await?;
     Ok(Json(json!({ "blocks": blocks.iter().map(listed).collect::<Vec<_>>() })))
+}
+
+/// `GET /admin/slow-checks`: the slowest checks since the last reset, the
+/// slowest first.
+pub async fn slow_checks(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
+    verify(&state, &headers)?;
+    Ok(Json(slow_listing(&state.slow_checks.listing())))
+}
+
+/// `DELETE /admin/slow-checks`: empties the log; answers what it held.
+pub async fn reset_slow_checks(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Error> {
+    verify(&state, &headers)?;
+    Ok(Json(slow_listing(&state.slow_checks.reset())))
+}
+
+fn slow_listing(listing: &SlowListing) -> Value {
+    json!({
+        "capacity": listing.capacity,
+        "since": at(&listing.since),
+        "seen": listing.seen,
+        "checks": listing.checks.iter().map(slow_check).collect::<Vec<_>>(),
+    })
+}
+
+/// One slow check in whole microseconds, the rest computed from the rounded
+/// figures so that the phases add up to the total exactly.
+fn slow_check(c: &SlowCheck) -> Value {
+    let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let (total, queue, call) = (us(c.total), us(c.queued), us(c.call));
+    json!({
+        "finished_at": at(&c.finished_at),
+        "total_us": total,
+        "queue_us": queue,
+        "call_us": call,
+        "rest_us": total.saturating_sub(queue).saturating_sub(call),
+        "checks_in_call": c.checks_in_call,
+        "store": c.store,
+        "decision": c.decision,
+        "policy": &*c.policy,
+    })
 }
 
 /// A blocked bucket key, by the names an operator knows it by; never an identifier.

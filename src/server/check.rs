@@ -1,6 +1,7 @@
 //! `POST /check`: JSON in, a [`Decision`] out (200 allowed, 429 denied).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -17,6 +18,8 @@ use super::{AppState, MAX_BODY_BYTES};
 use crate::algorithm::Algorithm;
 use crate::error::Error;
 use crate::limiter::{CheckError, CheckRequest, Decision};
+use crate::storage::CallTiming;
+use crate::telemetry::SlowCheck;
 
 pub async fn check(
     State(state): State<AppState>,
@@ -28,17 +31,51 @@ pub async fn check(
     Ok(respond(decide(&state, &request).await?))
 }
 
-/// Decides `request` and notes the outcome on the request's span: the one
-/// path of `/check` and `/auth/{policy}`.
+/// Decides `request` and notes the outcome on the request's span and in the
+/// slow-check log: the one path of `/check`, `/auth/{policy}` and gRPC.
 pub async fn decide(state: &AppState, request: &CheckRequest) -> Result<Decision, CheckError> {
+    // Timed only for the slow-check log, so not at all when it is off.
+    let started = state.slow_checks.enabled().then(Instant::now);
     let decision = state.limiter.check(request).await;
     // An invalid request's policy name is the caller's text, not configuration: left out.
-    match &decision {
-        Ok(decision) => layers::record_outcome(request.policy_label(), decision.outcome()),
-        Err(CheckError::StoreUnavailable) => layers::record_outcome(request.policy_label(), "error"),
-        Err(CheckError::Invalid(_)) => {}
+    let outcome = match &decision {
+        Ok(decision) => {
+            Outcome { decision: decision.outcome(), store: decision.store_label(), timing: decision.timing }
+        }
+        Err(CheckError::StoreUnavailable) => Outcome { decision: "error", store: "none", timing: None },
+        Err(CheckError::Invalid(_)) => return decision,
+    };
+    layers::record_outcome(request.policy_label(), outcome.decision);
+    if let Some(started) = started {
+        offer_slow(state, request.policy_label(), started.elapsed(), outcome);
     }
     decision
+}
+
+/// A decided (or failed) check, labelled as metrics label it.
+struct Outcome {
+    decision: &'static str,
+    store: &'static str,
+    timing: Option<CallTiming>,
+}
+
+/// Offers a check that took `total` to the slow-check log; the entry is
+/// built only if the check is among the slowest.
+fn offer_slow(state: &AppState, policy: &str, total: Duration, outcome: Outcome) {
+    state.slow_checks.offer(total, || {
+        let none = CallTiming { queued: Duration::ZERO, call: Duration::ZERO, checks: 0 };
+        let timing = outcome.timing.unwrap_or(none);
+        SlowCheck {
+            finished_at: chrono::Utc::now(),
+            total,
+            queued: timing.queued,
+            call: timing.call,
+            checks_in_call: timing.checks,
+            store: outcome.store,
+            decision: outcome.decision,
+            policy: policy.into(),
+        }
+    });
 }
 
 /// `POST /reset`: the check's buckets (or those named) back to full, then

@@ -31,6 +31,7 @@ pub use metrics::MetricsEndpoint;
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::storage::{DenyCache, FallbackStore, PgStore, Store};
+use crate::telemetry::SlowChecks;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -54,6 +55,8 @@ pub struct Services {
     /// `None` with `PGLIMIT_METRICS=false`: `/metrics` is a 404.
     pub metrics: Option<MetricsEndpoint>,
     pub request_timeout: Duration,
+    /// The slowest checks since the last reset (`/admin/slow-checks`).
+    pub slow_checks: SlowChecks,
 }
 
 impl AppState {
@@ -77,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .route("/reset", post(check::reset))
         .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
+        .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))

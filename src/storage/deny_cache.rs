@@ -66,7 +66,7 @@ impl<S: Store> DenyCache<S> {
         // Set the answer's clock so that its durations are what is left now.
         let left = remembered.until.saturating_duration_since(now);
         let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
-        Some(Answer { now, cached: true, ..remembered.checked.clone() })
+        Some(Answer { now, cached: true, timing: None, ..remembered.checked.clone() })
     }
 
     /// Forgets every denial involving a stale key.

@@ -129,6 +129,20 @@ pub struct Answer {
     /// Repeated from an earlier denial by the [`DenyCache`], without asking
     /// `store` again.
     pub cached: bool,
+    /// The check's time in Postgres' lane; `None` when no call decided it.
+    pub timing: Option<CallTiming>,
+}
+
+/// A check's time in the lane, carried with its answer so that the layer
+/// that knows the whole time can tell the phases apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTiming {
+    /// Queued in this instance before its call was sent.
+    pub queued: Duration,
+    /// The call: statement, commit and round trip.
+    pub call: Duration,
+    /// Checks decided by that call, this one included.
+    pub checks: u32,
 }
 
 impl Answer {

@@ -190,12 +190,18 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
 /// A policy check is admitted on the upsert's snapshot; when another
 /// instance fills one of its buckets between that snapshot and the upsert's
 /// lock, the check is decided again with locks: denied, and its other
-/// bucket keeps nothing of it (all or nothing across instances).
+/// bucket keeps nothing of it (all or nothing across instances). The retry
+/// is counted in `pglimit_policy_upsert_retries_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     use pglimit::algorithm::Algorithm;
     use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
+    const RETRIES: &str = "pglimit_policy_upsert_retries_total";
     let url = fresh_database().await;
+    // An instance for its /metrics: the recorder is the process's, so it
+    // counts the retries of the store below too.
+    let observer = instance(&url, &[]).await;
+    let retries_before = crate::common::metric(&observer, RETRIES).await;
     let pg = crate::common::pg_store(&url).await;
     let bucket = |n: u8, limit| BucketSpec {
         name: std::sync::Arc::from(format!("b{n}")),
@@ -240,6 +246,8 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     .expect("the roomy bucket");
     assert_eq!(live.0, 0, "the roomy bucket holds a unit of a denied check");
     pool.close().await;
+    let retries = crate::common::metric(&observer, RETRIES).await;
+    assert!(retries > retries_before, "the retry was not counted: {retries_before} then {retries}");
 }
 
 /// A sliding-window check admitted on the upsert's snapshot but denied on

@@ -19,4 +19,5 @@ mod operate;
 mod overrides;
 mod policies;
 mod properties;
+mod slow_checks;
 mod stalls;

@@ -51,7 +51,9 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
     documented.sort();
     let routes = [
         ("DELETE", "/admin/blocks"),
+        ("DELETE", "/admin/slow-checks"),
         ("GET", "/admin/blocks"),
+        ("GET", "/admin/slow-checks"),
         ("GET", "/auth/{policy}"),
         ("GET", "/healthz"),
         ("GET", "/metrics"),

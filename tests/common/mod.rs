@@ -184,6 +184,16 @@ pub async fn wait_for_a_backend_waiting_on(pool: &sqlx::PgPool, event: &str) {
     }
 }
 
+/// The value of `series` (its name and labels, as `/metrics` writes them)
+/// on `app`'s `/metrics`; 0 while it has no sample. The recorder is one per
+/// process, so the figure counts every instance of this test binary.
+pub async fn metric(app: &AppState, series: &str) -> f64 {
+    let reply = send(app, Request::get("/metrics").body(Body::empty()).expect("request")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let text = reply.body.as_str().unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
 /// A fresh database and one instance on it.
 pub async fn app() -> AppState {
     instance(&fresh_database().await, &[]).await

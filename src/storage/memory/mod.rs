@@ -138,7 +138,7 @@ impl MemoryStore {
             }
         }
         drop(guards);
-        Answer { buckets, now, store: StoreKind::Memory, degraded: false, cached: false }
+        Answer { buckets, now, store: StoreKind::Memory, degraded: false, cached: false, timing: None }
     }
 }
 

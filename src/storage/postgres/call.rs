@@ -11,7 +11,7 @@ use sqlx::postgres::PgConnection;
 use super::lane::{Job, Task};
 use super::session::{classify, timed_out, Session};
 use super::{citus, statements};
-use crate::storage::{Answer, CheckBatch, StoreKind};
+use crate::storage::{Answer, CallTiming, CheckBatch, StoreKind};
 use crate::telemetry;
 
 /// A connection and the session generation it was opened in; `None` until
@@ -28,11 +28,17 @@ pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> S
     let result = run(session, &mut slot, &batches, now, &tasks).await;
     let took = sent.elapsed();
     telemetry::db_call(took, jobs.len());
+    let checks = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+    let timing =
+        |job: &Job| CallTiming { queued: sent.saturating_duration_since(job.queued), call: took, checks };
     for job in &jobs {
-        telemetry::check_phases(sent.saturating_duration_since(job.queued), took);
+        telemetry::check_phases(timing(job).queued, took);
     }
     match result {
-        Ok(answers) => jobs.into_iter().zip(answers).for_each(|(job, a)| drop(job.reply.send(Ok(a)))),
+        Ok(answers) => jobs.into_iter().zip(answers).for_each(|(job, a)| {
+            let answer = Answer { timing: Some(timing(&job)), ..a };
+            drop(job.reply.send(Ok(answer)));
+        }),
         Err(e) => {
             let e = classify(e);
             jobs.into_iter().for_each(|job| drop(job.reply.send(Err(e.clone()))));
@@ -97,6 +103,7 @@ async fn refund(
             store: StoreKind::Postgres,
             degraded: false,
             cached: false,
+            timing: None,
         });
     }
     Ok(answers)

@@ -9,6 +9,7 @@ use sqlx::postgres::PgConnection;
 
 use super::upsert;
 use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
+use crate::telemetry;
 
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
@@ -53,6 +54,7 @@ pub(super) async fn decide(
                 tracing::debug!(
                     "a policy's row changed under the upsert; deciding its batch again with locks"
                 );
+                telemetry::policy_upsert_retried();
                 check_batch(conn, batches, now, Route::Distinct).await?
             }
             rows => rows?,
@@ -151,7 +153,7 @@ fn split(batches: &[&CheckBatch], rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::E
                 blocked: r.o_blocked,
             })
             .collect();
-        Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false }
+        Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false, timing: None }
     });
     Ok(answers.collect())
 }

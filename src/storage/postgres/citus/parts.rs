@@ -46,6 +46,8 @@ pub(in crate::storage::postgres) fn merge(
     refunded: &[bool],
 ) -> Answer {
     let now = answers.iter().map(|a| a.now).max().unwrap_or_else(chrono::Utc::now);
+    // The parts ran at once: the check waited for the one that took longest.
+    let timing = answers.iter().filter_map(|a| a.timing).max_by_key(|t| t.queued + t.call);
     let mut buckets = vec![None; batch.buckets.len()];
     for ((part, answer), &given_back) in parts.iter().zip(answers).zip(refunded) {
         for ((&position, mut bucket), spec) in
@@ -58,7 +60,7 @@ pub(in crate::storage::postgres) fn merge(
         }
     }
     let buckets = buckets.into_iter().flatten().collect();
-    Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false }
+    Answer { buckets, now, store: StoreKind::Postgres, degraded: false, cached: false, timing }
 }
 
 #[cfg(test)]
@@ -98,7 +100,8 @@ mod tests {
     fn answer(n: usize, remaining: u64) -> Answer {
         let now = chrono::Utc::now();
         let bucket = BucketAnswer { allowed: true, remaining, reset_at: now, retry_at: None, blocked: false };
-        Answer { buckets: vec![bucket; n], now, store: StoreKind::Postgres, degraded: false, cached: false }
+        let (store, timing) = (StoreKind::Postgres, None);
+        Answer { buckets: vec![bucket; n], now, store, degraded: false, cached: false, timing }
     }
 
     #[test]
