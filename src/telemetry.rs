@@ -33,7 +33,7 @@ const CHECK_DURATION: &str = "pglimit_check_duration_seconds";
 const DB_CALL_DURATION: &str = "pglimit_db_call_duration_seconds";
 const BATCH_SIZE: &str = "pglimit_batch_size";
 const CHECK_PHASE: &str = "pglimit_check_phase_seconds";
-const UPSERT_RETRIES: &str = "pglimit_policy_upsert_retries_total";
+const UPSERT_RETRIES: &str = "pglimit_upsert_retries_total";
 const DEGRADED: &str = "pglimit_degraded";
 const SWITCHES: &str = "pglimit_fallback_switches_total";
 const CLEANUP_DELETED: &str = "pglimit_cleanup_deleted_rows_total";
@@ -98,7 +98,7 @@ fn describe() {
     );
     describe_counter!(
         UPSERT_RETRIES,
-        "Batches the policy upsert gave up on because another instance filled a bucket under it, decided again with locks"
+        "Batches an upsert gave up on because another instance changed a bucket under it, decided again with locks"
     );
     describe_gauge!(DEGRADED, "1 while this instance answers without Postgres");
     describe_counter!(SWITCHES, "Switches between Postgres and memory, by direction");
@@ -201,9 +201,9 @@ pub fn check_phases(queued: Duration, call: Duration) {
     }
 }
 
-/// A batch the policy upsert gave up on (40001, `pglimit_retry_with_locks`),
+/// A batch an upsert gave up on (40001, `pglimit_retry_with_locks`),
 /// decided again with locks. Rare, so looked up rather than registered.
-pub fn policy_upsert_retried() {
+pub fn upsert_retried() {
     counter!(UPSERT_RETRIES).increment(1);
 }
 

@@ -191,12 +191,12 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
 /// instance fills one of its buckets between that snapshot and the upsert's
 /// lock, the check is decided again with locks: denied, and its other
 /// bucket keeps nothing of it (all or nothing across instances). The retry
-/// is counted in `pglimit_policy_upsert_retries_total`.
+/// is counted in `pglimit_upsert_retries_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     use pglimit::algorithm::Algorithm;
     use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
-    const RETRIES: &str = "pglimit_policy_upsert_retries_total";
+    const RETRIES: &str = "pglimit_upsert_retries_total";
     let url = fresh_database().await;
     // An instance for its /metrics: the recorder is the process's, so it
     // counts the retries of the store below too.

@@ -54,7 +54,7 @@ pub(super) async fn decide(
                 tracing::debug!(
                     "a policy's row changed under the upsert; deciding its batch again with locks"
                 );
-                telemetry::policy_upsert_retried();
+                telemetry::upsert_retried();
                 check_batch(conn, batches, now, Route::Distinct).await?
             }
             rows => rows?,
