@@ -209,6 +209,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/slow-checks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The slowest checks since the last reset, the slowest first
+         * @description At most PGLIMIT_SLOW_CHECKS entries (0: the log is off), each with where its time went. Checks of /check, /auth/{policy} and gRPC are counted; a request refused as invalid is not. Kept per instance, in memory.
+         */
+        get: operations["listSlowChecks"];
+        put?: never;
+        post?: never;
+        /**
+         * Empty the slow-check log
+         * @description Empties the log and its count of checks seen, and answers what it held.
+         */
+        delete: operations["resetSlowChecks"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -440,6 +464,46 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        SlowChecks: {
+            /** @description How many checks the log keeps (PGLIMIT_SLOW_CHECKS) */
+            capacity: number;
+            /**
+             * Format: date-time
+             * @description When the log was last reset, or the instance started
+             */
+            since: string;
+            /** @description Checks seen since then, slow or not */
+            seen: number;
+            /** @description The slowest first */
+            checks: components["schemas"]["SlowCheck"][];
+        };
+        /** @description One check and where its time went, in whole microseconds: queue_us + call_us + rest_us = total_us. Names only configuration, never an identifier or key. */
+        SlowCheck: {
+            /** Format: date-time */
+            finished_at: string;
+            /** @description From the handler starting to decide until the decision was back */
+            total_us: number;
+            /** @description Queued in the instance before its Postgres call; 0 without a call */
+            queue_us: number;
+            /** @description The Postgres call: statement, commit and round trip; 0 without a call */
+            call_us: number;
+            /** @description The rest: the policy, the deny cache, the fallback, the answer */
+            rest_us: number;
+            /** @description Checks decided by that call, this one included; 0 without a call */
+            checks_in_call: number;
+            /**
+             * @description As pglimit_checks_total labels it
+             * @enum {unknown}
+             */
+            store: "postgres" | "memory" | "none" | "deny_cache";
+            /**
+             * @description As pglimit_checks_total labels it
+             * @enum {unknown}
+             */
+            decision: "allowed" | "denied" | "shadow_denied" | "error";
+            /** @description The policy's name, or _adhoc for an ad hoc key */
+            policy: string;
+        };
     };
     responses: {
         /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged) */
@@ -660,6 +724,52 @@ export interface operations {
             403: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
+        };
+    };
+    listSlowChecks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The slow-check log */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SlowChecks"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+        };
+    };
+    resetSlowChecks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the log held before the reset */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SlowChecks"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
         };
     };
     healthz: {
