@@ -4,7 +4,11 @@
 //! behind it (up to [`MAX_BATCH`]), and decides them all in one call (see
 //! [`super::call`]). So an idle service adds no waiting (the first check goes
 //! at once), and under load the checks that arrive while calls are in
-//! flight form the next batch.
+//! flight form the next batch. In between, at light load, a call that ends
+//! with a few checks in play makes the next one wait up to [`GATHER_FOR`]
+//! for as many to arrive ([`Gather`]), since their callers usually send
+//! their next checks at once: otherwise two callers take turns, one check
+//! per call.
 //!
 //! A lane has several connections and keeps up to `depth` calls in flight
 //! (`PGLIMIT_DB_PIPELINE`), so that the next batch can run while the
@@ -99,35 +103,77 @@ pub(super) async fn lane(
     let start = |id: u64, slot: Slot, jobs: Vec<Job>| async move { (id, call(session, slot, jobs).await) };
     let mut calls = FuturesUnordered::new();
     let (mut open, mut next_id) = (true, 0u64);
+    let mut gather: Option<Gather> = None;
     loop {
         open &= waiting.receive(&mut queue, width);
         let now = Instant::now();
+        gather = gather.filter(|g| open && g.holds(now, &waiting));
         while !idle.is_empty() && flying.running(now) < depth.max(1) {
+            if gather.is_some() && flying.running(now) == 0 {
+                break; // waiting for the checks of a light load to join
+            }
             let Some(jobs) = waiting.next_batch(&flying) else { break };
+            gather = None;
             let keys: Vec<Key> = jobs.iter().flat_map(Job::keys).copied().collect();
             next_id += 1;
+            flying.start(next_id, keys, jobs.len());
             calls.push(start(next_id, idle.pop().flatten(), jobs));
-            flying.start(next_id, keys);
         }
         if !open && calls.is_empty() {
             return; // the queue is closed and drained: nothing will come
         }
         // When the oldest running call will count as stalled, if a spare
-        // could then take what waits.
-        let spill = flying.next_stall(now).filter(|_| !idle.is_empty() && !waiting.jobs.is_empty());
+        // could then take what waits; or when a gathering ends.
+        let spill = flying.next_stall(now).filter(|_| !idle.is_empty());
+        let wake =
+            [spill, gather.map(|g| g.until)].into_iter().flatten().min().filter(|_| !waiting.jobs.is_empty());
         tokio::select! {
             biased;
             Some((id, slot)) = calls.next(), if !calls.is_empty() => {
-                flying.end(id);
+                let answered = flying.end(id);
                 idle.push(slot);
+                gather = Gather::after(answered, waiting.jobs.len() + queue.len(), Instant::now());
             }
             job = queue.recv(), if open && waiting.has_room(width) => match job {
                 Some(job) => waiting.push(job),
                 None => open = false,
             },
-            () = sleep_until(spill), if spill.is_some() => {}
+            () = sleep_until(wake), if wake.is_some() => {}
             else => return, // unreachable: with no call in flight, a check always goes
         }
+    }
+}
+
+/// After a call of a few checks ends, the next one waits a moment for the
+/// checks their callers send next, so that light load makes calls of
+/// several checks rather than one: a call costs about the same whatever it
+/// carries (docs/performance.md, *Gathering at light load*).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Gather {
+    until: Instant,
+    /// The checks that were in play when the call ended.
+    target: usize,
+}
+
+/// Longest a check waits for others to join its call.
+const GATHER_FOR: Duration = Duration::from_micros(200);
+
+/// Beyond this many checks in play, calls fill without waiting, and a wait
+/// would keep the database idle while the service answers (measured).
+const GATHER_UP_TO: usize = 4;
+
+impl Gather {
+    /// After a call that answered `answered` checks, with `waiting` more
+    /// already waiting (ended at `now`): wait for as many as were in play,
+    /// if there were few, but more than one.
+    fn after(answered: usize, waiting: usize, now: Instant) -> Option<Gather> {
+        let target = answered + waiting;
+        (2..=GATHER_UP_TO).contains(&target).then_some(Gather { until: now + GATHER_FOR, target })
+    }
+
+    /// Whether the next call should wait still.
+    fn holds(self, now: Instant, waiting: &Waiting) -> bool {
+        now < self.until && waiting.jobs.len() < self.target
     }
 }
 
@@ -194,7 +240,7 @@ impl Waiting {
 #[derive(Default)]
 struct InFlight {
     keys: HashMap<Key, u32>,
-    calls: HashMap<u64, (Instant, Vec<Key>)>,
+    calls: HashMap<u64, (Instant, Vec<Key>, usize)>,
 }
 
 impl InFlight {
@@ -204,24 +250,25 @@ impl InFlight {
 
     /// Calls in flight that have not yet run for [`SPILL_AFTER`].
     fn running(&self, now: Instant) -> usize {
-        self.calls.values().filter(|(started, _)| now.duration_since(*started) < SPILL_AFTER).count()
+        self.calls.values().filter(|(started, _, _)| now.duration_since(*started) < SPILL_AFTER).count()
     }
 
     /// When the next running call will have run for [`SPILL_AFTER`].
     fn next_stall(&self, now: Instant) -> Option<Instant> {
-        let running = self.calls.values().filter(|(started, _)| now.duration_since(*started) < SPILL_AFTER);
-        running.map(|(started, _)| *started + SPILL_AFTER).min()
+        let running =
+            self.calls.values().filter(|(started, _, _)| now.duration_since(*started) < SPILL_AFTER);
+        running.map(|(started, _, _)| *started + SPILL_AFTER).min()
     }
 
-    fn start(&mut self, id: u64, keys: Vec<Key>) {
+    fn start(&mut self, id: u64, keys: Vec<Key>, jobs: usize) {
         for key in &keys {
             *self.keys.entry(*key).or_default() += 1;
         }
-        self.calls.insert(id, (Instant::now(), keys));
+        self.calls.insert(id, (Instant::now(), keys, jobs));
     }
 
-    fn end(&mut self, id: u64) {
-        let Some((_, keys)) = self.calls.remove(&id) else { return };
+    fn end(&mut self, id: u64) -> usize {
+        let Some((_, keys, jobs)) = self.calls.remove(&id) else { return 0 };
         for key in keys {
             if let Some(n) = self.keys.get_mut(&key) {
                 *n -= 1;
@@ -230,5 +277,51 @@ impl InFlight {
                 }
             }
         }
+        jobs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(n: usize) -> Waiting {
+        let jobs = (0..n)
+            .map(|_| Job {
+                batch: CheckBatch {
+                    buckets: Vec::new(),
+                    cost: 1,
+                    fallback: crate::storage::MemoryFallback::Refuse,
+                },
+                now: None,
+                task: Task::Check,
+                queued: Instant::now(),
+                reply: oneshot::channel().0,
+            })
+            .collect();
+        Waiting { jobs }
+    }
+
+    #[test]
+    fn a_call_that_answered_one_check_with_none_waiting_makes_the_next_go_at_once() {
+        assert_eq!(Gather::after(1, 0, Instant::now()), None);
+        assert_eq!(Gather::after(0, 1, Instant::now()), None);
+    }
+
+    #[test]
+    fn after_a_call_of_a_few_checks_the_next_waits_for_as_many_as_were_in_play() {
+        let now = Instant::now();
+        let gather = Gather::after(2, 1, now).expect("a gathering");
+        assert_eq!(gather, Gather { until: now + GATHER_FOR, target: 3 });
+        assert!(gather.holds(now, &waiting(2)));
+        assert!(!gather.holds(now, &waiting(3)), "all are back: go");
+        assert!(!gather.holds(now + GATHER_FOR, &waiting(1)), "no check waits longer than GATHER_FOR");
+    }
+
+    #[test]
+    fn under_load_calls_fill_without_waiting() {
+        assert!(Gather::after(GATHER_UP_TO, 0, Instant::now()).is_some());
+        assert_eq!(Gather::after(GATHER_UP_TO, 1, Instant::now()), None);
+        assert_eq!(Gather::after(30, 20, Instant::now()), None);
     }
 }
