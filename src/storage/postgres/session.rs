@@ -129,6 +129,11 @@ fn with_settings(connect: PgConnectOptions, longest_wait: Duration) -> PgConnect
         // sequential scan of the counters, so rule them out.
         ("plan_cache_mode", "force_generic_plan".to_string()),
         ("enable_seqscan", "off".to_string()),
+        // A plan that must scan a table anyway (the heartbeat's few rows)
+        // costs more than `enable_seqscan = off` can add, which would start
+        // the JIT compiler on every run: tens of milliseconds of CPU for a
+        // statement of a few rows (docs/performance.md).
+        ("jit", "off".to_string()),
         ("lock_timeout", limit_ms.clone()),
         ("statement_timeout", limit_ms),
     ])
