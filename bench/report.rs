@@ -680,6 +680,20 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
     rows.join("\n")
 }
 
+/// A table of pglimit's records that have a `part` (their slow checks,
+/// their phases): the `head` lines, then `row` of each such record; none if
+/// no record has one.
+fn pglimit_table<'a, T: 'a>(
+    records: &'a [Record],
+    head: &str,
+    part: impl Fn(&'a Record) -> Option<&'a T>,
+    row: impl Fn(&Record, &T) -> String,
+) -> Option<String> {
+    let rows: Vec<String> =
+        records.iter().filter(|r| r.system == "pglimit").filter_map(|r| Some(row(r, part(r)?))).collect();
+    (!rows.is_empty()).then(|| format!("{head}\n{}", rows.join("\n")))
+}
+
 /// The deny path against the HTTP ceiling, one row per client count at which
 /// pglimit's deny path was measured: the ceiling's requests/s, then pglimit's
 /// requests/s over it with metrics on, with metrics off and (with `baseline`)

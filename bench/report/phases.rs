@@ -93,17 +93,8 @@ slowest checks' own phases: `BENCH_SLOW=1` (*The slowest checks*).
 
 /// One row per pglimit measurement with phases.
 pub fn table(records: &[Record]) -> Option<String> {
-    let rows: Vec<String> = records
-        .iter()
-        .filter(|r| r.system == "pglimit")
-        .filter_map(|r| Some((r, r.phases.as_ref()?)))
-        .map(|(r, p)| row(r, p))
-        .collect();
-    if rows.is_empty() {
-        return None;
-    }
     let head = "| scenario | clients | checks/s | queue ms (p99) | call ms (p99) | statement ms | check ms (p99) | outside ms |\n|---|---:|---:|---:|---:|---:|---:|---:|";
-    Some(format!("{head}\n{}", rows.join("\n")))
+    super::pglimit_table(records, head, |r| r.phases.as_ref(), row)
 }
 
 fn row(r: &Record, p: &Phases) -> String {

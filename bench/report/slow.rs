@@ -76,17 +76,8 @@ phase was each (a tie goes to the earlier of queue, call, rest).
 
 /// One row per pglimit measurement with a slow-check log.
 pub fn table(records: &[Record]) -> Option<String> {
-    let rows: Vec<String> = records
-        .iter()
-        .filter(|r| r.system == "pglimit")
-        .filter_map(|r| Some((r, r.slow.as_ref()?)))
-        .map(|(r, s)| row(r, s))
-        .collect();
-    if rows.is_empty() {
-        return None;
-    }
     let head = "| scenario | clients | checks | total ms (max) | queue ms (max) | call ms (max) | rest ms (max) | dominated by queue · call · rest |\n|---|---:|---:|---:|---:|---:|---:|---:|";
-    Some(format!("{head}\n{}", rows.join("\n")))
+    super::pglimit_table(records, head, |r| r.slow.as_ref(), row)
 }
 
 fn row(r: &Record, s: &Slowest) -> String {
