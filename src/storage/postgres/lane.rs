@@ -139,7 +139,8 @@ pub(super) async fn lane(
                 None => open = false,
             },
             () = sleep_until(wake), if wake.is_some() => {}
-            else => return, // unreachable: with no call in flight, a check always goes
+            // Unreachable: with no call in flight a check goes, or a gathering's end wakes the lane.
+            else => return,
         }
     }
 }
@@ -235,12 +236,19 @@ impl Waiting {
     }
 }
 
-/// The calls in flight: when each started, and their keys, each counted
-/// once per call that has it.
+/// The calls in flight, and their keys, each counted once per call that
+/// has it.
 #[derive(Default)]
 struct InFlight {
     keys: HashMap<Key, u32>,
-    calls: HashMap<u64, (Instant, Vec<Key>, usize)>,
+    calls: HashMap<u64, Flight>,
+}
+
+/// A call in flight: when it started, its checks' keys, and how many checks.
+struct Flight {
+    started: Instant,
+    keys: Vec<Key>,
+    checks: usize,
 }
 
 impl InFlight {
@@ -250,25 +258,25 @@ impl InFlight {
 
     /// Calls in flight that have not yet run for [`SPILL_AFTER`].
     fn running(&self, now: Instant) -> usize {
-        self.calls.values().filter(|(started, _, _)| now.duration_since(*started) < SPILL_AFTER).count()
+        self.calls.values().filter(|call| now.duration_since(call.started) < SPILL_AFTER).count()
     }
 
     /// When the next running call will have run for [`SPILL_AFTER`].
     fn next_stall(&self, now: Instant) -> Option<Instant> {
-        let running =
-            self.calls.values().filter(|(started, _, _)| now.duration_since(*started) < SPILL_AFTER);
-        running.map(|(started, _, _)| *started + SPILL_AFTER).min()
+        let running = self.calls.values().filter(|call| now.duration_since(call.started) < SPILL_AFTER);
+        running.map(|call| call.started + SPILL_AFTER).min()
     }
 
-    fn start(&mut self, id: u64, keys: Vec<Key>, jobs: usize) {
+    fn start(&mut self, id: u64, keys: Vec<Key>, checks: usize) {
         for key in &keys {
             *self.keys.entry(*key).or_default() += 1;
         }
-        self.calls.insert(id, (Instant::now(), keys, jobs));
+        self.calls.insert(id, Flight { started: Instant::now(), keys, checks });
     }
 
+    /// Forgets call `id`; how many checks it had.
     fn end(&mut self, id: u64) -> usize {
-        let Some((_, keys, jobs)) = self.calls.remove(&id) else { return 0 };
+        let Some(Flight { keys, checks, .. }) = self.calls.remove(&id) else { return 0 };
         for key in keys {
             if let Some(n) = self.keys.get_mut(&key) {
                 *n -= 1;
@@ -277,7 +285,7 @@ impl InFlight {
                 }
             }
         }
-        jobs
+        checks
     }
 }
 
