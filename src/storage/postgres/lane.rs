@@ -108,9 +108,11 @@ pub(super) async fn lane(
         open &= waiting.receive(&mut queue, width);
         let now = Instant::now();
         gather = gather.filter(|g| open && g.holds(now, &waiting));
-        while !idle.is_empty() && flying.running(now) < depth.max(1) {
-            if gather.is_some() && flying.running(now) == 0 {
-                break; // waiting for the checks of a light load to join
+        while !idle.is_empty() {
+            let running = flying.running(now);
+            // A gathering holds only an idle lane: behind a running call, checks queue anyway.
+            if running >= depth.max(1) || (running == 0 && gather.is_some()) {
+                break;
             }
             let Some(jobs) = waiting.next_batch(&flying) else { break };
             gather = None;

@@ -52,7 +52,7 @@ pub(super) async fn decide(
         Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
                 tracing::debug!(
-                    "a policy's row changed under the upsert; deciding its batch again with locks"
+                    "a bucket's row changed under the upsert; deciding its batch again with locks"
                 );
                 telemetry::upsert_retried();
                 check_batch(conn, batches, now, Route::Distinct).await?
