@@ -85,11 +85,15 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
 /// Single checks of every algorithm take a plain multi-row upsert instead of
 /// a batch function; it must decide and report exactly as the model. A check
 /// of cost 0 (a peek) takes `pglimit_check_distinct`, which must read the
-/// rows the upsert wrote as the model has them.
+/// rows the upsert wrote as the model has them. A row may outlive the
+/// model's state (a token bucket's and a sliding log's end on a window's
+/// multiple), never end before it: the cleanup would forget what limits.
 #[tokio::test]
 async fn the_plain_upsert_decides_exactly_as_the_model() {
     let url = fresh_database().await;
     let pg = crate::common::pg_store(&url).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let ends = "SELECT pglimit_us(expires_at) FROM pglimit_buckets WHERE key = $1";
     crate::common::forbid_retries_with_locks(&url).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
@@ -114,6 +118,9 @@ async fn the_plain_upsert_decides_exactly_as_the_model() {
             if want.allowed {
                 assert_eq!(got.remaining, want.remaining, "remaining, {at}");
                 if cost > 0 {
+                    let (end,): (i64,) =
+                        sqlx::query_as(ends).bind(s.key.as_slice()).fetch_one(&pool).await.expect("the row");
+                    assert!(end >= want.next.expires_us, "row ends before the model's state, {at}");
                     model = Some(want.next);
                 }
             } else {

@@ -250,22 +250,36 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     assert!(retries > retries_before, "the retry was not counted: {retries_before} then {retries}");
 }
 
-/// A sliding-window check admitted on the upsert's snapshot but denied on
-/// its locked row (another instance took the last unit in between) is
-/// decided again with locks, so that its answer's figures agree with the
-/// denial: nothing left, and a time to retry.
+/// A sliding-window or token-bucket check admitted on the upsert's snapshot
+/// but denied on its locked row (another instance took the last unit in
+/// between) is decided again with locks, so that its answer's figures agree
+/// with the denial: nothing left, and a time to retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sliding_window_check_whose_row_fills_under_its_upsert_is_denied_with_figures() {
-    use pglimit::algorithm::Algorithm;
+    let take_last = "UPDATE pglimit_buckets SET count = 2 WHERE key = $1";
+    row_fills_under_the_upsert(pglimit::algorithm::Algorithm::SlidingWindow, take_last).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_bucket_check_whose_row_fills_under_its_upsert_is_denied_with_figures() {
+    // Limit 2 an hour: a token every 30 minutes, so the first check left the
+    // arrival time 30 minutes ahead and 30 more empty the bucket.
+    let take_last = "UPDATE pglimit_buckets SET tat_us = tat_us + 1800000000 WHERE key = $1";
+    row_fills_under_the_upsert(pglimit::algorithm::Algorithm::TokenBucket, take_last).await;
+}
+
+/// Admits one check of a bucket of limit 2, then checks again while
+/// `take_last` (another instance taking the last unit) waits to commit.
+async fn row_fills_under_the_upsert(algorithm: pglimit::algorithm::Algorithm, take_last: &str) {
     use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
     let url = fresh_database().await;
     let pg = crate::common::pg_store(&url).await;
     let bucket = BucketSpec {
-        name: std::sync::Arc::from("sliding"),
+        name: std::sync::Arc::from("filling"),
         key: [7; 32],
         limit: 2,
         window: std::time::Duration::from_secs(3600),
-        algorithm: Algorithm::SlidingWindow,
+        algorithm,
         lockout: None,
     };
     let key = bucket.key;
@@ -273,13 +287,11 @@ async fn a_sliding_window_check_whose_row_fills_under_its_upsert_is_denied_with_
     let check = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
     assert!(pg.check_as_of(&check, now).await.expect("postgres answers").allowed());
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    // Another instance is taking the last unit, not yet committed.
     let mut other = pool.begin().await.expect("begin");
-    sqlx::query("UPDATE pglimit_buckets SET count = 2 WHERE key = $1")
-        .bind(key.as_slice())
-        .execute(&mut *other)
-        .await
-        .expect("take the last unit");
+    sqlx::query(take_last).bind(key.as_slice()).execute(&mut *other).await.expect("take the last unit");
+    let row = "SELECT row(count, expires_at, tat_us)::text FROM pglimit_buckets WHERE key = $1";
+    let taken: (String,) =
+        sqlx::query_as(row).bind(key.as_slice()).fetch_one(&mut *other).await.expect("the row");
     let checking = tokio::spawn(async move { pg.check_as_of(&check, now).await });
     crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
     other.commit().await.expect("commit");
@@ -289,11 +301,7 @@ async fn a_sliding_window_check_whose_row_fills_under_its_upsert_is_denied_with_
     assert!(!bucket.allowed, "the row was full when the upsert locked it");
     assert_eq!(bucket.remaining, 0, "a denied check reports nothing left");
     assert!(bucket.retry_at.is_some_and(|t| t > now), "a denied check says when to retry");
-    let count: (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
-        .bind(key.as_slice())
-        .fetch_one(&pool)
-        .await
-        .expect("the bucket");
-    assert_eq!(count.0, 2, "the denied check took nothing");
+    let after: (String,) = sqlx::query_as(row).bind(key.as_slice()).fetch_one(&pool).await.expect("the row");
+    assert_eq!(after, taken, "the denied check took nothing");
     pool.close().await;
 }

@@ -32,28 +32,29 @@ use crate::storage::CheckBatch;
 const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
-/// among one-bucket fixed-window and token-bucket checks. A check of several
+/// among one-bucket fixed-window and token-bucket checks (a batch of
+/// token-bucket checks alone takes the leaner statement below). A check of several
 /// buckets is proposed only if every bucket fits as the statement's snapshot
 /// has it, and must then be written in every row: if another instance filled
 /// one of them between that snapshot and our lock, the statement raises
 /// `pglimit_retry_with_locks` (40001), which rolls it back whole, and the
 /// batch is decided again by `pglimit_check_distinct`, which locks before it
-/// reads. The sliding window and log have a statement of their own
-/// (below): in this one their branch made every other check 10% dearer
+/// reads. The other algorithms have a statement of their own (below): in
+/// this one the sliding branch made every other check 10% dearer
 /// (docs/performance.md).
 const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
 
-/// Every check one sliding-window or sliding-log bucket. A check its locked
-/// row denies and the statement's snapshot admits (another instance changed
-/// the row in between) raises `pglimit_retry_with_locks` too, as its
+/// Every check one sliding-window, sliding-log or token bucket. A check its
+/// locked row denies and the statement's snapshot admits (another instance
+/// changed the row in between) raises `pglimit_retry_with_locks` too, as its
 /// answer's figures come from that snapshot and would contradict the denial.
-const SLIDING_UPSERT: &str = include_str!("sliding_upsert.sql");
+const ALGORITHMS_UPSERT: &str = include_str!("algorithms_upsert.sql");
 
 /// Which upsert decides a batch.
 #[derive(Clone, Copy)]
 pub(super) enum Road {
     OneBucket,
-    Sliding,
+    Algorithms,
     Policy,
 }
 
@@ -67,13 +68,11 @@ pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
     let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
     let one = |batch: &&CheckBatch| batch.buckets.len() == 1;
     let token = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::TokenBucket;
-    let sliding = |batch: &&CheckBatch| {
-        one(batch) && matches!(batch.buckets[0].algorithm, Algorithm::SlidingWindow | Algorithm::SlidingLog)
-    };
+    let other = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm != Algorithm::FixedWindow;
     if batches.iter().all(|b| one(b) && fixed(b)) {
         Some(Road::OneBucket)
-    } else if batches.iter().all(sliding) {
-        Some(Road::Sliding)
+    } else if batches.iter().all(other) {
+        Some(Road::Algorithms)
     } else if batches.iter().all(|b| fixed(b) || token(b)) {
         Some(Road::Policy)
     } else {
@@ -102,8 +101,8 @@ pub(super) async fn run(
             let query = sqlx::query_as(ONE_BUCKET_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
             query.bind(now).fetch_all(conn).await
         }
-        Road::Sliding => {
-            let query = sqlx::query_as(SLIDING_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
+        Road::Algorithms => {
+            let query = sqlx::query_as(ALGORITHMS_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
             let algorithms: Vec<i16> = buckets().map(|(_, _, b)| b.algorithm.code()).collect();
             query.bind(now).bind(algorithms).fetch_all(conn).await
         }

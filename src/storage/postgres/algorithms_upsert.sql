@@ -1,0 +1,122 @@
+-- One-bucket checks of the sliding window, the sliding log and the token
+-- bucket as one plain multi-row upsert (see ALGORITHMS_UPSERT in upsert.rs):
+-- $1 each check's key, $2 limit, $3 window (ms), $4 cost, $5 the clock
+-- (NULL: the database's), $6 the algorithm (1 sliding window, 2 sliding log,
+-- 3 token bucket).
+--
+-- The sliding window counter (pglimit_decide, algo 1) keeps the current
+-- window's count and the previous one's; windows are aligned on the clock,
+-- and a row ends one window after its current window (end_at). The sliding
+-- log keeps a timestamp per unit admitted in the last window. The proposed
+-- row is the state a first check leaves, and a sliding log's is the one
+-- with a log. The token bucket (GCRA) keeps its theoretical arrival time in
+-- tat_us; its proposed row carries, in tat_us, now + cost * step, so that
+-- the branch adds cost * step as tat_us - now, and the capacity
+-- (step * limit) in prev_count, which it does not read. The sliding rows
+-- have no column to spare for the limit and the window, so the branch reads
+-- them at the key's place in $1 (no key appears twice here).
+WITH clock AS (
+    SELECT coalesce($5::timestamptz, now()) AS at,
+           (extract(epoch FROM coalesce($5::timestamptz, now())) * 1000000)::bigint AS now_us
+), req AS (
+    SELECT q.*, timestamptz 'epoch' + CASE
+                     WHEN q.algo = 1 THEN (q.now_us / q.win_us + 2) * q.win_us
+                     WHEN q.algo = 3 THEN ((q.now_us + q.cost * q.step) / (q.step * q.lim) + 1) * q.step * q.lim
+                     ELSE ((q.now_us + q.win_us) / q.win_us + 1) * q.win_us END * interval '1 microsecond' AS end_at
+    FROM (
+        SELECT r.key, r.lim, r.win * 1000 AS win_us, r.cost, r.algo, r.pos::integer AS pos, c.at, c.now_us,
+               CASE WHEN r.algo = 3 THEN greatest(r.win * 1000 / greatest(r.lim, 1), 1) END AS step
+        FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $6::smallint[])
+             WITH ORDINALITY AS r(key, lim, win, cost, algo, pos),
+             clock c
+    ) q
+), blk AS (
+    SELECT k.key, k.until FROM pglimit_blocks k
+    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
+), up AS (
+    -- A token bucket's and a sliding log's row end, for the cleanup, at the
+    -- first multiple of its capacity (a window) after their exact end, so
+    -- that expires_at, an indexed column, changes once a window and most
+    -- updates stay HOT (docs/performance.md); neither algorithm reads it.
+    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, log, tat_us)
+    SELECT key, CASE WHEN algo = 1 THEN cost ELSE 0 END, end_at, CASE WHEN algo = 3 THEN step * lim ELSE 0 END,
+           CASE WHEN algo = 2 THEN array_fill(now_us, ARRAY[cost::integer]) END,
+           CASE WHEN algo = 3 THEN now_us + cost * step END
+    FROM req
+    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET
+        count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
+                          WHEN EXCLUDED.log IS NULL
+                          THEN CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+                          ELSE 0 END,
+        prev_count = CASE WHEN EXCLUDED.log IS NULL AND EXCLUDED.tat_us IS NULL
+                          THEN pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                    ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                          ELSE 0 END,
+        expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
+                          THEN greatest(b.expires_at, timestamptz 'epoch'
+                                        + ((greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                                            - (SELECT now_us FROM clock)) / EXCLUDED.prev_count + 1)
+                                          * EXCLUDED.prev_count * interval '1 microsecond')
+                          WHEN EXCLUDED.log IS NOT NULL THEN greatest(b.expires_at, EXCLUDED.expires_at)
+                          ELSE EXCLUDED.expires_at END,
+        tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
+                          THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - (SELECT now_us FROM clock) END,
+        -- The entries still in the window, then this check's.
+        log        = CASE WHEN EXCLUDED.log IS NOT NULL
+                          THEN ARRAY(SELECT x FROM unnest(b.log) AS x
+                                     WHERE x > (SELECT now_us FROM clock)
+                                               - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000
+                                     ORDER BY x) || EXCLUDED.log END
+    WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
+               THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - 2 * (SELECT now_us FROM clock)
+                    <= EXCLUDED.prev_count
+               ELSE CASE WHEN EXCLUDED.log IS NULL
+                    THEN pglimit_sliding_weight(pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                                     ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
+                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
+                                                (SELECT now_us FROM clock))
+                         + CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+                    ELSE (SELECT count(*) FROM unnest(b.log) AS x
+                          WHERE x > (SELECT now_us FROM clock) - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                         + cardinality(EXCLUDED.log) END
+               <= ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)] END
+    RETURNING b.key, b.count, b.prev_count, b.expires_at, b.tat_us, cardinality(b.log) AS entries
+)
+SELECT r.pos AS o_pos,
+       -- Denied on its locked row but admitted on the statement's snapshot:
+       -- the row changed in between, and the figures below would contradict
+       -- the denial; the batch is decided again with locks (upsert.rs).
+       CASE WHEN d.allowed AND k.key IS NULL THEN pglimit_retry_with_locks()
+            ELSE u.key IS NOT NULL END AS o_allowed,
+       CASE WHEN u.key IS NOT NULL AND r.algo = 2 THEN greatest(r.lim - u.entries, 0)
+            WHEN u.key IS NOT NULL AND r.algo = 3 THEN greatest((r.now_us + r.step * r.lim - u.tat_us) / r.step, 0)
+            WHEN u.key IS NOT NULL
+            THEN greatest(r.lim - pglimit_sliding_weight(u.prev_count, r.win_us, r.now_us) - u.count, 0)
+            WHEN k.key IS NOT NULL THEN 0
+            ELSE d.remaining END AS o_remaining,
+       -- An admitted token bucket's and sliding log's row ends later than
+       -- their figures say (the INSERT above).
+       greatest(coalesce(CASE WHEN u.key IS NULL THEN NULL
+                              WHEN r.algo = 1 THEN u.expires_at
+                              WHEN r.algo = 2 THEN r.at + r.win_us * interval '1 microsecond'
+                              ELSE timestamptz 'epoch' + u.tat_us * interval '1 microsecond' END,
+                         timestamptz 'epoch' + d.full_us * interval '1 microsecond'), k.until) AS o_reset_at,
+       CASE WHEN u.key IS NULL
+            THEN greatest(timestamptz 'epoch' + d.retry_us * interval '1 microsecond', k.until) END AS o_retry_at,
+       r.at AS o_now,
+       k.key IS NOT NULL AS o_blocked
+FROM req r
+LEFT JOIN up u ON u.key = r.key
+LEFT JOIN blk k ON k.key = r.key
+LEFT JOIN LATERAL (
+    -- A denied check's figures, from the statement's snapshot, by the
+    -- model's SQL translation (a row absent from it counts as new).
+    SELECT d.* FROM (SELECT NULL) AS one
+    LEFT JOIN pglimit_buckets s ON s.key = r.key
+    CROSS JOIN LATERAL pglimit_decide(r.algo, s.count, s.prev_count,
+                                      (extract(epoch FROM s.expires_at) * 1000000)::bigint, s.tat_us, s.log,
+                                      r.lim, r.win_us, r.cost, r.now_us, false) AS d
+    WHERE u.key IS NULL OFFSET 0
+) d ON true
+ORDER BY r.pos
