@@ -137,6 +137,10 @@ pub struct ServeArgs {
     /// /admin/slow-checks, 0 to 100000; 0 keeps none [default: 128].
     #[arg(long, env = "PGLIMIT_SLOW_CHECKS")]
     pub slow_checks: Option<String>,
+    /// Threads that serve requests, 1 to 1024 [default: one per CPU]; 1 costs
+    /// less CPU per check where the service shares a small machine.
+    #[arg(long, env = "PGLIMIT_WORKER_THREADS")]
+    pub worker_threads: Option<String>,
 }
 
 /// The flags of `migrate`.

@@ -44,6 +44,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// The slowest checks kept for `GET /admin/slow-checks`; 0: none.
     pub slow_checks: usize,
+    /// The runtime's worker threads; `None`: one per CPU.
+    pub worker_threads: Option<usize>,
 }
 
 /// Redacts the database URL (it may hold a password) and the secret.
@@ -184,6 +186,16 @@ impl Config {
                 0..=100_000,
                 "a number of checks from 0 to 100000",
             )?,
+            worker_threads: match get("PGLIMIT_WORKER_THREADS") {
+                None => None,
+                Some(_) => Some(in_range(
+                    &get,
+                    "PGLIMIT_WORKER_THREADS",
+                    "1",
+                    1..=1024,
+                    "a number of threads from 1 to 1024",
+                )?),
+            },
             request_timeout: Duration::ZERO,
         }
         .with_request_timeout(&get)
@@ -308,6 +320,8 @@ mod tests {
         assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
         assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
         assert_eq!(c.slow_checks, 128);
+        assert_eq!(c.worker_threads, None, "one worker thread per CPU");
+        assert_eq!(config(&[("PGLIMIT_WORKER_THREADS", "1")]).expect("valid").worker_threads, Some(1));
     }
 
     #[test]
@@ -329,6 +343,7 @@ mod tests {
             ("PGLIMIT_METRICS", "yes"),
             ("PGLIMIT_REQUEST_TIMEOUT_MS", "1000"),
             ("PGLIMIT_SLOW_CHECKS", "100001"),
+            ("PGLIMIT_WORKER_THREADS", "0"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);

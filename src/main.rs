@@ -11,13 +11,28 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     match cli::parse() {
-        Run::Serve(vars) => serve(&vars).await,
-        Run::Migrate { url, vars } => migrate(&url, &vars).await,
+        Run::Serve(vars) => serve(&vars),
+        Run::Migrate { url, vars } => block_on(None, migrate(&url, &vars)),
         Run::CheckPolicies(file) => cli::check_policies(&file),
-        Run::Healthcheck(bind) => healthcheck(&bind).await,
+        Run::Healthcheck(bind) => block_on(None, healthcheck(&bind)),
+    }
+}
+
+/// Runs `task` on a multi-threaded runtime of `threads` workers (`None`: one
+/// per CPU).
+fn block_on(threads: Option<usize>, task: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        builder.worker_threads(threads);
+    }
+    match builder.enable_all().build() {
+        Ok(runtime) => runtime.block_on(task),
+        Err(e) => {
+            eprintln!("pglimit: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -35,19 +50,21 @@ async fn healthcheck(bind: &str) -> ExitCode {
     }
 }
 
-async fn serve(vars: &Vars) -> ExitCode {
+fn serve(vars: &Vars) -> ExitCode {
     let config = match vars.config() {
         Ok(config) => config,
         Err(e) => return configuration_error(&e),
     };
     init_tracing(config.log_format);
-    match run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            ExitCode::FAILURE
+    block_on(config.worker_threads, async {
+        match run(config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                ExitCode::FAILURE
+            }
         }
-    }
+    })
 }
 
 async fn migrate(url: &str, vars: &Vars) -> ExitCode {
