@@ -165,6 +165,49 @@ async fn every_algorithm_admits_its_limit_through_post_check() {
     }
 }
 
+/// Concurrent one-bucket checks of the sliding window, the sliding log and
+/// the token bucket on distinct keys share the lane's batches, which the
+/// algorithms' upsert decides: each is admitted, then denied, with the
+/// model's figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn algorithms_mixed_in_one_batch_decide_exactly_as_the_model() {
+    let url = fresh_database().await;
+    let pg = crate::common::pg_store(&url).await;
+    crate::common::forbid_retries_with_locks(&url).await;
+    let counter = crate::common::count_calls(&url).await;
+    let kinds = [Algorithm::SlidingWindow, Algorithm::SlidingLog, Algorithm::TokenBucket];
+    let specs: Vec<BucketSpec> = (0..150).map(|i| spec(i as u8, kinds[i % 3], 2, 60_000)).collect();
+    let mut models: Vec<Option<State>> = vec![None; specs.len()];
+    let start: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
+    for (wave, after_ms) in [0, 7, 13].into_iter().enumerate() {
+        let now = start + TimeDelta::milliseconds(after_ms);
+        let batches: Vec<CheckBatch> = (specs.iter())
+            .map(|s| CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse })
+            .collect();
+        let answers = futures_util::future::join_all(batches.iter().map(|b| pg.check_as_of(b, now))).await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            let (s, model) = (&specs[i], &mut models[i]);
+            let got = &answer.expect("postgres answers").buckets[0];
+            let want = decide(s.params(), model.as_ref(), 1, now.timestamp_micros(), true);
+            let at = format!("wave {wave}, check {i} ({:?})", s.algorithm);
+            assert_eq!(got.allowed, want.allowed, "allowed, {at}");
+            assert_eq!(got.allowed, wave < 2, "a limit of 2 admits two waves, {at}");
+            let held = decide(s.params(), model.as_ref(), 1, now.timestamp_micros(), false);
+            // A denied one-bucket check reports less than its cost left.
+            let remaining = if want.allowed { want.remaining } else { 0 };
+            assert_eq!(got.remaining, remaining, "remaining, {at}");
+            assert_eq!(got.retry_at.map(|t| t.timestamp_micros()), held.retry_us, "retry_at, {at}");
+            if want.allowed {
+                *model = Some(want.next);
+            }
+            let full = decide(s.params(), model.as_ref(), 0, now.timestamp_micros(), false).full_us;
+            assert_eq!(got.reset_at.timestamp_micros(), full, "reset_at, {at}");
+        }
+    }
+    let calls = crate::common::calls(&counter).await;
+    assert!(calls < 150, "{calls} calls for 450 checks: the checks were not batched together");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_algorithm_is_exact_across_three_instances() {
     let url = fresh_database().await;

@@ -1,6 +1,6 @@
 //! Exactness under concurrency, across several service instances.
 
-use crate::common::{check, degraded, fresh_database, instance, login, unique};
+use crate::common::{calls, check, count_calls, degraded, fresh_database, instance, login, unique};
 use axum::http::StatusCode;
 use serde_json::json;
 
@@ -78,26 +78,6 @@ async fn overlapping_multi_bucket_checks_do_not_deadlock() {
 /// database: one per store call (each call's upsert or batch function
 /// inserts once). Exact and synchronous, where the server's statistics are
 /// flushed late and also count the instances' heartbeats.
-async fn count_calls(url: &str) -> sqlx::PgPool {
-    let pool = sqlx::PgPool::connect(url).await.expect("connect");
-    for statement in [
-        "CREATE TABLE calls (n bigint NOT NULL)",
-        "INSERT INTO calls VALUES (0)",
-        "CREATE FUNCTION count_call() RETURNS trigger LANGUAGE plpgsql AS
-         $$ BEGIN UPDATE calls SET n = n + 1; RETURN NULL; END $$",
-        "CREATE TRIGGER count_calls AFTER INSERT ON pglimit_buckets
-         FOR EACH STATEMENT EXECUTE FUNCTION count_call()",
-    ] {
-        sqlx::query(statement).execute(&pool).await.expect("set up the call counter");
-    }
-    pool
-}
-
-async fn calls(pool: &sqlx::PgPool) -> i64 {
-    let (n,): (i64,) = sqlx::query_as("SELECT n FROM calls").fetch_one(pool).await.expect("calls");
-    n
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_checks_on_one_lane_are_batched_and_decided_as_if_in_sequence() {
     let url = fresh_database().await;

@@ -169,6 +169,28 @@ pub async fn forbid_retries_with_locks(url: &str) {
     pool.close().await;
 }
 
+/// Counts the statements that write pglimit_buckets (a call, whichever
+/// statement it takes) in a table `calls`, read by [`calls`].
+pub async fn count_calls(url: &str) -> sqlx::PgPool {
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    for statement in [
+        "CREATE TABLE calls (n bigint NOT NULL)",
+        "INSERT INTO calls VALUES (0)",
+        "CREATE FUNCTION count_call() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN UPDATE calls SET n = n + 1; RETURN NULL; END $$",
+        "CREATE TRIGGER count_calls AFTER INSERT ON pglimit_buckets
+         FOR EACH STATEMENT EXECUTE FUNCTION count_call()",
+    ] {
+        sqlx::query(statement).execute(&pool).await.expect("set up the call counter");
+    }
+    pool
+}
+
+pub async fn calls(pool: &sqlx::PgPool) -> i64 {
+    let (n,): (i64,) = sqlx::query_as("SELECT n FROM calls").fetch_one(pool).await.expect("calls");
+    n
+}
+
 /// Waits until a backend of the database of `pool` waits on `event`
 /// (`wait_event_type` or `wait_event` in pg_stat_activity, e.g. `Lock` or
 /// `PgSleep`): a statement a test holds up has reached the server.

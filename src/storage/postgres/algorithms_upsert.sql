@@ -21,7 +21,7 @@ WITH clock AS (
 ), req AS (
     SELECT q.*, timestamptz 'epoch' + CASE
                      WHEN q.algo = 1 THEN (q.now_us / q.win_us + 2) * q.win_us
-                     WHEN q.algo = 3 THEN ((q.now_us + q.cost * q.step) / (q.step * q.lim) + 1) * q.step * q.lim
+                     WHEN q.algo = 3 THEN ((q.now_us + q.cost * q.step) / greatest(q.step * q.lim, 1) + 1) * q.step * q.lim
                      ELSE ((q.now_us + q.win_us) / q.win_us + 1) * q.win_us END * interval '1 microsecond' AS end_at
     FROM (
         SELECT r.key, r.lim, r.win * 1000 AS win_us, r.cost, r.algo, r.pos::integer AS pos, c.at, c.now_us,
