@@ -33,14 +33,14 @@ const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
 /// among one-bucket fixed-window and token-bucket checks (a batch of
-/// token-bucket checks alone takes the leaner statement below). A check of several
-/// buckets is proposed only if every bucket fits as the statement's snapshot
-/// has it, and must then be written in every row: if another instance filled
-/// one of them between that snapshot and our lock, the statement raises
-/// `pglimit_retry_with_locks` (40001), which rolls it back whole, and the
-/// batch is decided again by `pglimit_check_distinct`, which locks before it
-/// reads. The other algorithms have a statement of their own (below): in
-/// this one the sliding branch made every other check 10% dearer
+/// token-bucket checks alone takes the leaner statement below). A check of
+/// several buckets is proposed only if every bucket fits as the statement's
+/// snapshot has it, and must then be written in every row: if another
+/// instance filled one of them between that snapshot and our lock, the
+/// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
+/// whole, and the batch is decided again by `pglimit_check_distinct`, which
+/// locks before it reads. The other algorithms have a statement of their own
+/// (below): in this one the sliding branch made every other check 10% dearer
 /// (docs/performance.md).
 const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
 
