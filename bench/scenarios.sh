@@ -154,17 +154,16 @@ run_seed() {
 # The seed service and the chart, each its own Cargo project (like the
 # runlimit peer): binaries copied to SEED_BIN and CHART_BIN.
 build_seed_and_chart() {
-    local project
-    for project in peer-seed chart; do
-        log "building bench/$project (cargo build --release)"
-        cargo build --release --locked --quiet --manifest-path "bench/$project/Cargo.toml" \
-            --target-dir "$TARGET_DIR/$project"
-    done
-    [ -x "$TARGET_DIR/peer-seed/release/peer-seed" ] || die "the seed service was not found after the build"
+    # The seed service beside the runlimit peer, whose dependencies it shares.
+    log "building bench/peer-seed (cargo build --release)"
+    cargo build --release --locked --quiet --manifest-path bench/peer-seed/Cargo.toml --target-dir "$TARGET_DIR/peers"
+    log "building bench/chart (cargo build --release)"
+    cargo build --release --locked --quiet --manifest-path bench/chart/Cargo.toml --target-dir "$TARGET_DIR/chart"
+    [ -x "$TARGET_DIR/peers/release/peer-seed" ] || die "the seed service was not found after the build"
     [ -x "$TARGET_DIR/chart/release/bench-chart" ] || die "the chart program was not found after the build"
     SEED_BIN=$WORK/bin/peer-seed
     CHART_BIN=$WORK/bin/bench-chart
-    cp "$TARGET_DIR/peer-seed/release/peer-seed" "$SEED_BIN"
+    cp "$TARGET_DIR/peers/release/peer-seed" "$SEED_BIN"
     cp "$TARGET_DIR/chart/release/bench-chart" "$CHART_BIN"
     # The chart's font (ab_glyph reads a TTF; no fontconfig, no X).
     CHART_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
