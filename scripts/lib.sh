@@ -13,7 +13,7 @@
 #   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
 #   need_nginx                    installs Debian's nginx when missing (tests/proxy.rs runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
-#   build_release                 the release build of pglimit and the bench's examples
+#   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
 #   make_workdir PREFIX           a temporary directory that `postgres` may enter, in $WORK
 #   free_port VAR                 a free loopback TCP port, into the variable VAR
@@ -73,11 +73,12 @@ target_dir() {
     printf '%s\n' "$dir"
 }
 
-# One set of release targets for every script, so that they share one build:
-# the examples bring in the dev-dependencies' features, and a build without
-# them would compile most dependencies a second time (2-3 minutes here).
-build_release() {
-    cargo build --release --locked --quiet --bin pglimit --example ceiling --example grpc-load --example report
+# One set of targets for every script, so that they share one build: the
+# examples bring in the dev-dependencies' features, as `cargo test` does, and
+# a build without them would compile most dependencies a second time (2-3
+# minutes here for --release) into a binary unlike the one the tests ran.
+build_pglimit() {
+    cargo build --locked --quiet "$@" --bin pglimit --example ceiling --example grpc-load --example report
 }
 
 # Prints the directory holding initdb, pg_ctl and postgres: the newest
