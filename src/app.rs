@@ -99,6 +99,7 @@ impl Service {
             admin: admin_access(config),
             metrics,
             request_timeout: config.request_timeout,
+            loopback_bind: config.bind.ip().is_loopback(),
             slow_checks: telemetry::SlowChecks::new(config.slow_checks),
         });
         Ok(Self { state, cluster, background })
@@ -106,10 +107,12 @@ impl Service {
 }
 
 /// The admin routes take an admin token; without any, they are open on a
-/// loopback bind (like `/check` without API tokens) and off otherwise.
+/// loopback bind where `/check` is open too, and off otherwise: once API
+/// tokens are set, whatever shares loopback (a sidecar's application, an
+/// SSRF in it) must not reach what its token does not.
 fn admin_access(config: &Config) -> Option<Auth> {
     match config.admin_tokens.as_slice() {
-        [] if config.bind.ip().is_loopback() => Some(Auth::default()),
+        [] if config.bind.ip().is_loopback() && config.api_tokens.is_empty() => Some(Auth::default()),
         [] => None,
         tokens => Some(Auth::new(tokens.iter().map(String::as_str))),
     }

@@ -38,8 +38,20 @@ pub enum Error {
     RequestTimeout,
     #[error("an internal error occurred; it is logged")]
     Internal,
-    #[error("the admin routes are disabled: set PGLIMIT_ADMIN_TOKENS, or bind to a loopback address")]
+    #[error(
+        "the admin routes are disabled: set PGLIMIT_ADMIN_TOKENS (without it they are open only on a \
+         loopback bind with no PGLIMIT_API_TOKENS)"
+    )]
     AdminDisabled,
+    /// A body-reading route got a body not declared as JSON (see `server::guard`).
+    #[error("the request body must be JSON, declared with Content-Type: application/json")]
+    NotJson,
+    /// A request to a loopback bind addressed to a name (see `server::guard`).
+    #[error(
+        "pglimit listens on loopback and answers only requests addressed to localhost or an IP address \
+         (a Host name could be DNS rebinding): send Host: localhost"
+    )]
+    MisdirectedHost,
 }
 
 impl Error {
@@ -65,6 +77,8 @@ impl Error {
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::AdminDisabled => StatusCode::FORBIDDEN,
+            Self::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::MisdirectedHost => StatusCode::MISDIRECTED_REQUEST,
         }
     }
 
@@ -84,6 +98,8 @@ impl Error {
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
             Self::AdminDisabled => "admin-disabled",
+            Self::NotJson => "unsupported-media-type",
+            Self::MisdirectedHost => "misdirected-request",
         }
     }
 }
@@ -131,6 +147,8 @@ impl IntoResponse for Error {
             Self::InvalidField { field, .. } => body["field"] = json!(field),
             Self::UnknownPolicy(_) => body["field"] = json!("policy"),
             Self::InvalidHeader { header, .. } => body["header"] = json!(header),
+            Self::NotJson => body["header"] = json!("content-type"),
+            Self::MisdirectedHost => body["header"] = json!("host"),
             _ => {}
         }
         let mut response = (status, body.to_string()).into_response();

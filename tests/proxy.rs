@@ -1,5 +1,5 @@
 //! pglimit behind a real nginx (Debian's package): `auth_request` to
-//! `/auth/login` of a real pglimit process on a real PostgreSQL, with the
+//! `/auth/edge` of a real pglimit process on a real PostgreSQL, with the
 //! configuration the README shows.
 
 mod common;
@@ -11,16 +11,16 @@ use common::process::{http_client, start, temp_dir};
 const TOKEN: &str = "nginx-proxy-token";
 
 const POLICIES: &str = r#"
-[policies.login]
-identifiers = { email = "email", ip = "ip" }
-[[policies.login.buckets]]
-name = "email_ip"
-on = ["email", "ip"]
+[policies.edge]
+identifiers = { ip = "ip" }
+[[policies.edge.buckets]]
+name = "ip"
+on = ["ip"]
 limit = 5
 window = "1m"
-[policies.login.forward_auth]
+[policies.edge.forward_auth]
 ip = { header = "x-forwarded-for", trusted_hops = 1 }
-email = { header = "x-user-email" }
+cost_header = "x-ratelimit-cost"
 deny_status = 403
 "#;
 
@@ -49,14 +49,15 @@ fn server(pglimit: &str, port: u16, dir: &Path) -> String {
 
     location = /_pglimit {{
       internal;
-      proxy_pass http://pglimit/auth/login;
+      proxy_pass http://pglimit/auth/edge;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
+      proxy_set_header Host localhost;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
       proxy_set_header Authorization "Bearer {TOKEN}";
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-User-Email $http_x_user_email;
+      proxy_set_header X-Ratelimit-Cost 1;
     }}
 
     location @rate_limited {{
@@ -69,7 +70,7 @@ fn server(pglimit: &str, port: u16, dir: &Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_through_nginx_gets_five_pages_then_429_with_retry_after() {
+async fn a_client_through_nginx_gets_five_pages_then_429_whatever_headers_it_forges() {
     let dir = temp_dir("behind-nginx");
     let policies = dir.join("policies.toml");
     std::fs::write(&policies, POLICIES).expect("policy file");
@@ -84,20 +85,22 @@ async fn a_client_through_nginx_gets_five_pages_then_429_with_retry_after() {
     let nginx = common::nginx::start(|port, dir| server(&pglimit.addr, port, dir));
 
     let client = http_client();
-    let login = |forged: &'static str| {
-        let request = client.get(nginx.url("/login")).header("x-user-email", "alice@example.com");
-        // What a client writes into X-Forwarded-For is left of nginx's entry: ignored.
+    // Everything a client could write to change its count: a cost of 0 (a
+    // peek, were it read), an identity header, an address left of nginx's.
+    let login = |n: usize, forged: &str| {
+        let request = client.get(nginx.url("/login")).header("x-ratelimit-cost", "0");
+        let request = request.header("x-user-email", format!("fresh-{n}@example.com"));
         request.header("x-forwarded-for", forged).send()
     };
     for n in 1..=5 {
-        let reply = login("198.51.100.1").await.expect("an answer from nginx");
+        let reply = login(n, "198.51.100.1").await.expect("an answer from nginx");
         assert_eq!(reply.status(), 200, "request {n}");
         let ratelimit = reply.headers()["ratelimit"].to_str().expect("ASCII").to_owned();
         assert_eq!(ratelimit.split(';').nth(1), Some(format!("r={}", 5 - n).as_str()), "{ratelimit}");
         assert_eq!(reply.text().await.expect("body"), "welcome\n");
     }
-    let reply = login("198.51.100.2").await.expect("an answer from nginx");
-    assert_eq!(reply.status(), 429, "a fresh forged address does not escape the limit");
+    let reply = login(6, "198.51.100.2").await.expect("an answer from nginx");
+    assert_eq!(reply.status(), 429, "neither a cost of 0, a fresh identity nor a forged address escapes");
     let retry: u64 = reply.headers()["retry-after"].to_str().expect("ASCII").parse().expect("seconds");
     assert!((1..=60).contains(&retry), "Retry-After: {retry}");
     assert!(reply.headers()["ratelimit"].to_str().is_ok_and(|r| r.contains("r=0")));

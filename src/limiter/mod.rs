@@ -132,13 +132,14 @@ impl<S: Store> Limiter<S> {
     /// The store's answer, and whether enforcing would have refused the
     /// check outright (a fail-closed policy with Postgres away): a shadow
     /// policy is admitted uncounted then, as it never turns traffic away.
-    /// An allow- or deny-listed check does not ask the store at all.
+    /// A deny-listed check does not ask the store at all; an allow-listed
+    /// one only peeks for blocks.
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
         match plan.matched.map(|m| m.action) {
-            Some(action @ (Applied::Unlimited | Applied::Deny)) => {
-                let allowed = action == Applied::Unlimited;
-                return Ok((uncounted(&plan.batch, allowed, self.store.is_degraded()), false));
+            Some(Applied::Deny) => {
+                return Ok((uncounted(&plan.batch, false, self.store.is_degraded()), false))
             }
+            Some(Applied::Unlimited) => return Ok((self.unless_blocked(&plan.batch).await, false)),
             Some(Applied::Limits) | None => {}
         }
         match self.store.check(&plan.batch).await {
@@ -152,6 +153,25 @@ impl<S: Store> Limiter<S> {
                 tracing::error!(error = %e, "fallback store failed");
                 Err(CheckError::StoreUnavailable)
             }
+        }
+    }
+
+    /// An allow-listed check: admitted uncounted, unless one of its keys is
+    /// blocked. A block names this key while an allow-list names a range
+    /// (and a `trusted_hops` set too low can put every client in it), so
+    /// the block wins. The peek counts nothing; if the store cannot answer
+    /// it, the allow-list stands, as it did before blocks were asked.
+    async fn unless_blocked(&self, batch: &CheckBatch) -> Answer {
+        let peek = CheckBatch { cost: 0, ..batch.clone() };
+        match self.store.check(&peek).await {
+            Ok(mut answer) if answer.buckets.iter().any(|b| b.blocked) => {
+                for bucket in answer.buckets.iter_mut().filter(|b| !b.blocked) {
+                    bucket.allowed = true;
+                    bucket.retry_at = None;
+                }
+                answer
+            }
+            _ => uncounted(batch, true, self.store.is_degraded()),
         }
     }
 }

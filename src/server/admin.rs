@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::check::{body_bytes, deserialize, unique_keys};
+use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;
 use crate::limiter::BlockRequest;
@@ -55,6 +56,7 @@ fn verify(state: &AppState, headers: &HeaderMap) -> Result<(), Error> {
 pub async fn block(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, Error> {
     verify(&state, &headers)?;
@@ -66,6 +68,7 @@ pub async fn block(
 pub async fn unblock(
     State(state): State<AppState>,
     headers: HeaderMap,
+    _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, Error> {
     verify(&state, &headers)?;

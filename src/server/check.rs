@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::auth::Authorization;
+use super::guard::JsonContent;
 use super::headers::insert_rate_limit_headers;
 use super::layers;
 use super::{AppState, MAX_BODY_BYTES};
@@ -24,6 +25,7 @@ use crate::telemetry::SlowCheck;
 pub async fn check(
     State(state): State<AppState>,
     authorization: Authorization,
+    _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;
@@ -83,6 +85,7 @@ fn offer_slow(state: &AppState, policy: &str, total: Duration, outcome: Outcome)
 pub async fn reset(
     State(state): State<AppState>,
     authorization: Authorization,
+    _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;

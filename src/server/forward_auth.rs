@@ -57,12 +57,22 @@ fn request(policy: String, table: &ForwardAuth, headers: &HeaderMap) -> Result<C
         identifiers.insert(name.clone(), value(headers, source)?);
     }
     let cost = match &table.cost_header {
-        Some(header) if headers.contains_key(header.as_str()) => single(headers, header)?
-            .parse()
-            .map_err(|_| Error::header(header, "is not a whole number of units"))?,
+        Some(header) if headers.contains_key(header.as_str()) => cost(headers, header)?,
         _ => 1,
     };
     Ok(CheckRequest::Policy { policy, identifiers, cost })
+}
+
+/// At least 1: a cost of 0 is a peek on `/check`, and here it would let
+/// anyone who can put the header on a request through uncounted.
+fn cost(headers: &HeaderMap, header: &str) -> Result<u64, Error> {
+    let cost: u64 = single(headers, header)?
+        .parse()
+        .map_err(|_| Error::header(header, "is not a whole number of units"))?;
+    if cost == 0 {
+        return Err(Error::header(header, "must be at least 1: forward-auth checks always count"));
+    }
+    Ok(cost)
 }
 
 fn value(headers: &HeaderMap, source: &HeaderSource) -> Result<String, Error> {

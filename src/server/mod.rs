@@ -6,6 +6,7 @@ mod check;
 mod envoy;
 mod forward_auth;
 mod grpc;
+mod guard;
 mod headers;
 mod layers;
 mod metrics;
@@ -55,6 +56,9 @@ pub struct Services {
     /// `None` with `PGLIMIT_METRICS=false`: `/metrics` is a 404.
     pub metrics: Option<MetricsEndpoint>,
     pub request_timeout: Duration,
+    /// `PGLIMIT_BIND` is a loopback address: requests must be addressed to
+    /// loopback too (`guard`).
+    pub loopback_bind: bool,
     /// The slowest checks since the last reset (`/admin/slow-checks`).
     pub slow_checks: SlowChecks,
 }
@@ -88,6 +92,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::loopback_host))
         .with_state(state);
     layers::wrap(routes, timeout)
 }

@@ -148,8 +148,11 @@ async fn with_tokens_configured_a_missing_or_wrong_token_is_a_401() {
     assert_problem(&post_raw(&app, body.clone(), Some("alpha")).await, StatusCode::UNAUTHORIZED, None);
     assert_eq!(post_raw(&app, body.clone(), Some("alpha-token")).await.status, StatusCode::OK);
     assert_eq!(post_raw(&app, body.clone(), Some("beta-token")).await.status, StatusCode::OK);
-    let lower =
-        Request::post("/check").header("authorization", "bearer alpha-token").body(Body::from(body)).unwrap();
+    let lower = Request::post("/check")
+        .header("authorization", "bearer alpha-token")
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
     assert_eq!(send(&app, lower).await.status, StatusCode::OK, "the auth scheme is case-insensitive");
 }
 

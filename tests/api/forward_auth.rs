@@ -188,12 +188,28 @@ async fn the_cost_header_sets_the_units_taken() {
     assert_eq!(remaining(&reply.body, "email_ip"), 2);
     let reply = ask(&app, "GET", "login", &headers("3")).await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "3 more than the 2 remaining: {}", reply.body);
-    let reply = ask(&app, "GET", "login", &headers("0")).await;
-    assert_eq!((reply.status, remaining(&reply.body, "email_ip")), (StatusCode::OK, 2), "0 peeks");
-    for bad in ["three", "-1", "6"] {
+    for bad in ["three", "-1", "6", "0"] {
         let reply = ask(&app, "GET", "login", &headers(bad)).await;
         assert_problem(&reply, StatusCode::BAD_REQUEST, "header", "x-ratelimit-cost");
     }
+}
+
+#[tokio::test]
+async fn a_cost_of_zero_is_refused_so_a_client_cannot_switch_the_limit_off() {
+    let app = proxy_app(&[]).await;
+    let headers = |cost| {
+        [("x-forwarded-for", "203.0.113.71"), ("x-user-email", "zed@example.com"), ("x-ratelimit-cost", cost)]
+    };
+    for _ in 0..3 {
+        let reply = ask(&app, "GET", "login", &headers("0")).await;
+        assert_problem(&reply, StatusCode::BAD_REQUEST, "header", "x-ratelimit-cost");
+        assert_eq!(
+            reply.body["detail"],
+            "x-ratelimit-cost: must be at least 1: forward-auth checks always count"
+        );
+    }
+    let reply = ask(&app, "GET", "login", &headers("1")).await;
+    assert_eq!((reply.status, remaining(&reply.body, "email_ip")), (StatusCode::OK, 4), "{}", reply.body);
 }
 
 #[tokio::test]

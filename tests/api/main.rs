@@ -13,6 +13,7 @@ mod cleanup;
 mod concurrency;
 mod errors;
 mod forward_auth;
+mod guard;
 mod lane;
 mod openapi;
 mod operate;

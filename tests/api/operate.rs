@@ -40,7 +40,9 @@ async fn every_answer_carries_a_request_id_the_callers_own_when_it_sent_one() {
     let generated = allowed.header("x-request-id");
     assert!(is_generated(generated), "a generated id: {generated:?}");
 
-    let mine = Request::post("/check").header("x-request-id", "req-42").body(Body::from("{")).unwrap();
+    let mine =
+        Request::post("/check").header("x-request-id", "req-42").header("content-type", "application/json");
+    let mine = mine.body(Body::from("{")).unwrap();
     let problem = send(&app, mine).await;
     assert_eq!(problem.status, StatusCode::BAD_REQUEST);
     assert_eq!(problem.header("x-request-id"), "req-42");

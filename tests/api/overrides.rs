@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{check, fresh_database, instance, policy_file};
+use crate::common::{call, check, fresh_database, instance, policy_file};
 
 const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
 
@@ -69,5 +69,32 @@ async fn overrides_give_their_own_limit_an_allow_list_and_a_deny_list_for_every_
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: deny-listed");
         assert_eq!(refused.body["override"]["action"], "deny");
         assert_eq!((refused.header("retry-after"), &refused.body["retry_after_s"]), ("", &Value::Null));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_block_beats_the_allow_list_for_every_algorithm() {
+    for algorithm in ALGORITHMS {
+        let file = policy_file(&override_policy(algorithm));
+        let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+        let (blocked, neighbour) = (api("e@example.com", "10.9.9.9"), api("f@example.com", "10.9.9.10"));
+        let target = json!({ "policy": "api", "identifiers": { "email": "e@example.com" }, "for": "10m" });
+        let reply = call(&app, "POST", "/admin/blocks", target.clone()).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+
+        let denied = check(&app, blocked.clone()).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}: {}", denied.body);
+        assert_eq!(
+            (denied.body["blocked_by"].as_str(), denied.body["store"].as_str()),
+            (Some("email"), Some("postgres"))
+        );
+        assert_eq!(
+            admitted(&app, &neighbour, 5).await,
+            5,
+            "{algorithm}: the rest of the range stays unlimited"
+        );
+
+        assert_eq!(call(&app, "DELETE", "/admin/blocks", target).await.status, StatusCode::OK);
+        assert_eq!(admitted(&app, &blocked, 5).await, 5, "{algorithm}: unlimited again once lifted");
     }
 }

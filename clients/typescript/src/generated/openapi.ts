@@ -95,6 +95,7 @@ export interface paths {
                     };
                 };
                 404: components["responses"]["Problem"];
+                421: components["responses"]["Problem"];
                 /** @description Denied (nothing was consumed); the policy's forward_auth.deny_status is 429, the default */
                 429: {
                     headers: {
@@ -162,6 +163,7 @@ export interface paths {
                     };
                 };
                 404: components["responses"]["Problem"];
+                421: components["responses"]["Problem"];
                 /** @description Denied (nothing was consumed); the policy's forward_auth.deny_status is 429, the default */
                 429: {
                     headers: {
@@ -506,7 +508,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged) */
+        /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged); 415 unsupported-media-type: a body not declared Content-Type: application/json; 421 misdirected-request: on a loopback bind, a Host other than localhost or an IP address (DNS rebinding) */
         Problem: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -563,6 +565,8 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
             /** @description Denied (nothing was consumed) */
             429: {
                 headers: {
@@ -611,6 +615,8 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
             /** @description Denied (nothing was consumed) */
             429: {
                 headers: {
@@ -656,6 +662,7 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
     };
@@ -690,6 +697,8 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
     };
@@ -723,6 +732,8 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
     };
@@ -747,6 +758,7 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
         };
     };
     resetSlowChecks: {
@@ -770,6 +782,7 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
         };
     };
     healthz: {
@@ -794,6 +807,7 @@ export interface operations {
                     };
                 };
             };
+            421: components["responses"]["Problem"];
         };
     };
     readyz: {
@@ -827,6 +841,7 @@ export interface operations {
                     };
                 };
             };
+            421: components["responses"]["Problem"];
         };
     };
     metrics: {
@@ -850,6 +865,7 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
         };
     };
     openapi: {
@@ -871,6 +887,7 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            421: components["responses"]["Problem"];
         };
     };
 }
