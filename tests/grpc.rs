@@ -2,6 +2,8 @@
 //! PostgreSQL, asked by a client generated from the same protos Envoy uses.
 
 mod common;
+#[path = "grpc/limits.rs"]
+mod limits;
 
 use std::path::Path;
 use std::time::Duration;
@@ -54,6 +56,17 @@ fn login(email: &str, ip: &str) -> RateLimitRequest {
         descriptor(&[("email", email)]),
     ];
     RateLimitRequest { domain: "login".into(), descriptors, hits_addend: 0 }
+}
+
+/// The API token of the services that require one.
+const TOKEN: &str = "envoy-token";
+
+/// `request` with the token as Envoy sends it, in `initial_metadata`.
+fn with_token<T>(request: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(request);
+    let bearer = format!("Bearer {TOKEN}").parse().expect("metadata");
+    request.metadata_mut().insert("authorization", bearer);
+    request
 }
 
 async fn ask(client: &mut RateLimitServiceClient<Channel>, request: RateLimitRequest) -> RateLimitResponse {
@@ -141,13 +154,8 @@ async fn a_request_denied_by_one_descriptor_consumes_nothing_from_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistakes_are_grpc_errors_naming_what_is_wrong_and_tokens_are_required() {
     let dir = temp_dir("grpc-errors");
-    let (service, addr) = service(&[("PGLIMIT_API_TOKENS", "envoy-token")], &dir).await;
+    let (service, addr) = service(&[("PGLIMIT_API_TOKENS", TOKEN)], &dir).await;
     let mut client = client(&addr).await;
-    let with_token = |request: RateLimitRequest| {
-        let mut request = tonic::Request::new(request);
-        request.metadata_mut().insert("authorization", "Bearer envoy-token".parse().expect("metadata"));
-        request
-    };
     let error = client.should_rate_limit(login("a@b.c", "192.0.2.9")).await.expect_err("no token");
     assert_eq!(error.code(), tonic::Code::Unauthenticated, "{error:?}");
     let ok = client.should_rate_limit(with_token(login("a@b.c", "192.0.2.9"))).await.expect("with the token");

@@ -9,6 +9,7 @@
 //! describes: those counting over exactly its entries' keys, else those
 //! counting over some of them, else all of them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
@@ -26,6 +27,19 @@ use super::headers::rate_limit_headers;
 use crate::limiter::{BucketDecision, CheckRequest, Decision};
 use crate::policy::Policy;
 
+/// Descriptors per request. Envoy sends one per matching `rate_limits`
+/// entry of the route, a handful; each costs a status in the answer.
+const MAX_DESCRIPTORS: usize = 32;
+
+/// Entries per descriptor: one per identifier the descriptor's bucket
+/// counts over, a handful (more than the policy declares are refused).
+const MAX_ENTRIES: usize = 32;
+
+/// How much of a name the request chose an error repeats: as long as a
+/// policy or identifier name can be (`policy::is_valid_name`), so a name
+/// that could be right is shown whole and a long one stays short.
+const ECHOED_BYTES: usize = 64;
+
 /// The check a request asks for, and the identifier names each of its
 /// descriptors carries.
 pub struct Asked {
@@ -40,6 +54,11 @@ pub fn read(request: RateLimitRequest) -> Result<Asked, Status> {
     }
     if request.descriptors.is_empty() {
         return Err(Status::invalid_argument("descriptors is empty: nothing to check"));
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        let given = request.descriptors.len();
+        let message = format!("descriptors: {given} given, at most {MAX_DESCRIPTORS} are accepted");
+        return Err(Status::invalid_argument(message));
     }
     let cost = cost(&request)?;
     let mut identifiers = BTreeMap::new();
@@ -63,12 +82,17 @@ fn gather(
     if descriptor.is_negative_hits {
         return Err(Status::invalid_argument(format!("descriptors[{i}]: negative hits are not supported")));
     }
+    if descriptor.entries.len() > MAX_ENTRIES {
+        let given = descriptor.entries.len();
+        let message = format!("descriptors[{i}].entries: {given} given, at most {MAX_ENTRIES} are accepted");
+        return Err(Status::invalid_argument(message));
+    }
     let mut keys = BTreeSet::new();
     for entry in descriptor.entries {
         if identifiers.get(&entry.key).is_some_and(|seen| *seen != entry.value) {
             let message = format!(
                 "descriptors[{i}]: entry {:?} differs from an earlier descriptor's; one check has one value per identifier",
-                entry.key
+                shown(&entry.key)
             );
             return Err(Status::invalid_argument(message));
         }
@@ -76,6 +100,15 @@ fn gather(
         identifiers.insert(entry.key, entry.value);
     }
     Ok(keys)
+}
+
+/// A name from the request as an error shows it: its first
+/// [`ECHOED_BYTES`] bytes (to a character), and `…` when cut.
+pub fn shown(name: &str) -> Cow<'_, str> {
+    if name.len() <= ECHOED_BYTES {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(format!("{}…", &name[..name.floor_char_boundary(ECHOED_BYTES)]))
 }
 
 /// `hits_addend`, 0 meaning 1 as Envoy defines it. Descriptors may carry
@@ -220,5 +253,13 @@ mod tests {
         assert_eq!(per_unit(1, Duration::from_secs(900)), (1, Unit::Minute), "never 0");
         assert_eq!(per_unit(10, Duration::from_millis(500)), (20, Unit::Second), "under a second");
         assert_eq!(per_unit(100, Duration::from_secs(7 * 86_400)), (14, Unit::Day));
+    }
+
+    #[test]
+    fn a_name_as_long_as_a_policy_name_is_shown_whole_and_a_longer_one_is_cut_at_a_character() {
+        let longest = "p".repeat(ECHOED_BYTES);
+        assert_eq!(shown(&longest), longest);
+        let long = format!("{}é{}", "a".repeat(ECHOED_BYTES - 1), "b".repeat(10_000));
+        assert_eq!(shown(&long), format!("{}…", "a".repeat(ECHOED_BYTES - 1)), "é straddles the cut");
     }
 }
