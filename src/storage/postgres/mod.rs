@@ -20,6 +20,7 @@ mod lane;
 mod listener;
 mod session;
 mod statements;
+mod tls;
 mod upsert;
 
 use std::sync::Arc;

@@ -27,7 +27,7 @@ impl Session {
     /// `longest_wait` is the longest any caller waits for an answer; every
     /// server-side limit ends before it.
     pub fn new(url: &str, longest_wait: Duration) -> Result<Self, sqlx::Error> {
-        let connect = with_settings(url.parse()?, longest_wait);
+        let connect = with_settings(super::tls::connect_options(url)?, longest_wait);
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
@@ -72,7 +72,7 @@ impl Session {
     /// Applies the migrations, the configured table persistence and, on a
     /// Citus cluster, the distribution of the tables.
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
-        let mut conn = self.open().await?;
+        let mut conn = self.open().await.map_err(|e| super::tls::explain(e, &self.connect))?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
         set_persistence(&mut conn, unlogged).await?;
         if let Some(routes) = citus::setup(&mut conn, citus).await? {
