@@ -73,6 +73,9 @@ impl Session {
     /// Citus cluster, the distribution of the tables.
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
         let mut conn = self.open().await.map_err(|e| super::tls::explain(e, &self.connect))?;
+        let (version,): (i32,) =
+            sqlx::query_as("SELECT current_setting('server_version_num')::int").fetch_one(&mut conn).await?;
+        supported(version).map_err(|e| sqlx::Error::Configuration(e.into()))?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
         set_persistence(&mut conn, unlogged).await?;
         if let Some(routes) = citus::setup(&mut conn, citus).await? {
@@ -109,6 +112,23 @@ fn explain_migration(e: sqlx::migrate::MigrateError) -> sqlx::Error {
         ),
         other => other.into(),
     }
+}
+
+/// The oldest PostgreSQL pglimit runs on; the newest tested is 18
+/// (`scripts/test --pg N`). Older servers lack what the migrations use.
+const OLDEST_SUPPORTED: i32 = 15;
+
+/// Refuses a server older than [`OLDEST_SUPPORTED`] before anything is
+/// written to it, naming its version (`server_version_num`, e.g. 130004).
+fn supported(version_num: i32) -> Result<(), String> {
+    let major = version_num / 10_000;
+    if major >= OLDEST_SUPPORTED {
+        return Ok(());
+    }
+    let minor = version_num % 10_000;
+    Err(format!(
+        "PostgreSQL {major}.{minor} is not supported: pglimit runs on PostgreSQL {OLDEST_SUPPORTED} to 18"
+    ))
 }
 
 /// Read committed whatever the database default (each statement must see
@@ -198,5 +218,19 @@ pub(super) fn classify(e: sqlx::Error) -> StoreError {
         StoreError::Unreachable(e.to_string())
     } else {
         StoreError::Failed(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn servers_older_than_15_are_refused_naming_their_version_and_the_range() {
+        assert_eq!(
+            super::supported(130_004).expect_err("13 is refused"),
+            "PostgreSQL 13.4 is not supported: pglimit runs on PostgreSQL 15 to 18"
+        );
+        for version in [150_000, 160_009, 180_004, 190_000] {
+            assert!(super::supported(version).is_ok(), "{version}");
+        }
     }
 }
