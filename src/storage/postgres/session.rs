@@ -193,6 +193,18 @@ async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), 
     Ok(())
 }
 
+/// What a probe asks: the server answers and takes writes. A standby
+/// answers `SELECT 1` but cannot count a check, so it is gone for pglimit.
+pub(super) async fn ping_writable(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let writable = "SELECT NOT (pg_is_in_recovery() OR current_setting('transaction_read_only')::bool)";
+    let (writable,): (bool,) = sqlx::query_as(writable).fetch_one(conn).await?;
+    if writable {
+        return Ok(());
+    }
+    let read_only = "the server is read-only (a standby, or a primary being demoted)";
+    Err(sqlx::Error::Io(std::io::Error::other(read_only)))
+}
+
 pub(super) fn timed_out(what: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
 }
@@ -203,8 +215,10 @@ pub(super) fn timed_out(what: &str) -> sqlx::Error {
 pub(super) fn classify(e: sqlx::Error) -> StoreError {
     let server_going_away = |code: &str| {
         // 08: connection exception, 53: insufficient resources,
-        // 57P: shutdown, crash, starting up (not 57014, a statement timeout).
-        ["08", "53", "57P"].iter().any(|class| code.starts_with(class))
+        // 57P: shutdown, crash, starting up (not 57014, a statement timeout),
+        // 25006: read-only (a standby, or a primary being demoted: where a
+        // DNS name points during a failover).
+        ["08", "53", "57P", "25006"].iter().any(|class| code.starts_with(class))
     };
     let unreachable = match &e {
         sqlx::Error::Database(db) => db.code().is_some_and(|c| server_going_away(&c)),
