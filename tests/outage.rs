@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::stoppable::{database, restart, stop, SERIAL};
+use common::stoppable::{admin_url, database, restart, restart_as_standby, stop, SERIAL};
 use common::{check, instance, readyz, wait_for_postgres};
 use pglimit::algorithm::Algorithm;
 use pglimit::pg_cluster::StopMode;
@@ -130,4 +130,42 @@ async fn wait_for_instances(app: &pglimit::AppState, n: u64) {
         assert!(Instant::now() < deadline, "never saw {n} instances: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A failover as a DNS name sees it: the server comes back read-only (a
+/// standby), which answers but cannot count, so the instance stays on
+/// memory; once promoted it takes the write-back and serves again. The
+/// recovery would return after its write-back failed 3 times, a probe
+/// (500 ms) apart: 3 s of memory answers show it did not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_server_counts_as_gone_until_it_is_promoted() {
+    let _serial = SERIAL.lock().await;
+    let app = instance(&database().await, &[]).await;
+    let body = json!({ "key": "failover", "limit": 6, "window": "366d" });
+    assert_eq!(check(&app, body.clone()).await.body["store"], "postgres");
+    stop(StopMode::Fast).await;
+    restart_as_standby().await;
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut admitted = 0;
+    while Instant::now() < until {
+        let reply = check(&app, json!({ "key": "failover-probe", "limit": 1000, "window": "366d" })).await;
+        reply.assert_memory_admits();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        admitted += 1;
+    }
+    assert!(admitted > 10, "checks went on being answered: {admitted}");
+    for _ in 0..2 {
+        check(&app, body.clone()).await.assert_memory_admits();
+    }
+    let admin = sqlx::PgPool::connect(&admin_url().await).await.expect("a read-only connection");
+    sqlx::query("SELECT pg_promote(true, 60)").execute(&admin).await.expect("promote");
+    admin.close().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    let mut admitted = 0;
+    for _ in 0..5 {
+        let reply = check(&app, body.clone()).await;
+        assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
+        admitted += u32::from(reply.status == StatusCode::OK);
+    }
+    assert_eq!(admitted, 3, "6 - 1 before - 2 from memory, written back");
 }

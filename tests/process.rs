@@ -46,6 +46,44 @@ async fn with_nothing_configured_it_starts_in_dot_pglimit_of_the_working_directo
     service.terminate();
 }
 
+/// As root the cluster runs as `postgres`, which cannot enter a 0700
+/// directory of root's: it then runs in a directory of its own, named in
+/// the log, and still stops with the service. (Not as root, the cluster
+/// runs as this user, who can enter the directory: it stays there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_config_from_a_directory_postgres_cannot_enter_still_starts() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = temp_dir("closed-dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 0700");
+    let log = dir.join("pglimit.log");
+    let child = command(&[]).current_dir(&dir).stderr(std::fs::File::create(&log).expect("log")).spawn();
+    let mut service = Running { child: child.expect("spawn pglimit"), log, addr: String::new() };
+    service.addr = wait_for_listening(&service.log);
+    let (status, reply) = service.check(json!({ "key": "k", "limit": 1, "window": "1m" })).await;
+    assert_eq!((status, reply["store"].as_str()), (200, Some("postgres")), "{reply}");
+    let moved = log_lines(&service.log)
+        .into_iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("cannot enter")));
+    let as_root = std::fs::metadata("/proc/self").expect("/proc/self").uid() == 0;
+    let cluster = match (as_root, moved) {
+        (true, Some(line)) => {
+            std::path::PathBuf::from(line["fields"]["cluster"].as_str().expect("the cluster's directory"))
+        }
+        (true, None) => panic!("as root, the cluster should have moved out of a 0700 directory"),
+        (false, moved) => {
+            assert!(moved.is_none(), "this user can enter its own directory");
+            dir.join(".pglimit/pg")
+        }
+    };
+    assert!(cluster.join("PG_VERSION").exists(), "{}", cluster.display());
+    let log = service.terminate();
+    assert_eq!(messages_containing(&log, "stopped the private PostgreSQL"), 1);
+    assert!(!cluster.join("postmaster.pid").exists(), "the private cluster was stopped");
+    if as_root {
+        std::fs::remove_dir_all(&cluster).expect("remove the moved cluster");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_is_logged_once_when_postgres_goes_and_once_when_it_returns() {
     let cluster = throwaway_cluster().await;

@@ -177,3 +177,18 @@ async fn a_request_over_the_timeout_answers_a_503_problem_with_retry_after() {
     assert_eq!(reply.headers()["content-type"], "application/problem+json");
     assert!(is_generated(reply.headers()["x-request-id"].to_str().unwrap_or("")));
 }
+
+/// `scripts/test --pg N` runs this tier on PostgreSQL N: prove it did,
+/// rather than on whichever server binaries came first.
+#[tokio::test]
+async fn the_server_is_the_major_version_the_run_asked_for() {
+    let pool = sqlx::PgPool::connect(&fresh_database().await).await.expect("connect");
+    let (version,): (i32,) = sqlx::query_as("SELECT current_setting('server_version_num')::int")
+        .fetch_one(&pool)
+        .await
+        .expect("version");
+    assert!((150_000..190_000).contains(&version), "a supported version: {version}");
+    if let Ok(asked) = std::env::var("PGLIMIT_TEST_PG_MAJOR") {
+        assert_eq!(version / 10_000, asked.parse::<i32>().expect("a major version"), "PGLIMIT_TEST_PG_MAJOR");
+    }
+}

@@ -21,6 +21,11 @@ pub async fn database() -> String {
     super::create_database(&cluster().await.url()).await
 }
 
+/// The server's own database, to act on the server as a whole.
+pub async fn admin_url() -> String {
+    cluster().await.url()
+}
+
 pub async fn stop(mode: StopMode) {
     tokio::task::spawn_blocking(move || CLUSTER.get().expect("cluster").stop(mode))
         .await
@@ -33,6 +38,14 @@ pub async fn restart() {
         .await
         .unwrap()
         .expect("restart");
+}
+
+/// Restarts the stopped server as a standby (`standby.signal`): it
+/// answers, read-only, as a primary being replaced does during a failover.
+pub async fn restart_as_standby() {
+    let cluster = cluster().await;
+    std::fs::write(cluster.data_dir().join("standby.signal"), "").expect("standby.signal");
+    restart().await;
 }
 
 /// Sends SIGSTOP or SIGCONT to the postmaster and all its children; true

@@ -22,7 +22,7 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
 
 use super::listener::Heard;
-use super::session::{classify, timed_out, Session};
+use super::session::{classify, ping_writable, timed_out, Session};
 use crate::storage::StoreError;
 
 /// How often an instance records itself.
@@ -75,7 +75,7 @@ impl Health {
         self.latency.recent()
     }
 
-    /// `SELECT 1` on the health connection within `budget`. If the kept
+    /// A ping ([`ping_writable`]) on the health connection within `budget`. If the kept
     /// connection fails (it may have been closed while idle), one fresh
     /// connection is tried in what is left of the budget.
     pub async fn ping(&self, session: &Session, budget: Duration) -> Result<(), StoreError> {
@@ -100,7 +100,7 @@ impl Health {
 
     async fn select_one(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         let sent = Instant::now();
-        sqlx::query("SELECT 1").execute(conn).await?;
+        ping_writable(conn).await?;
         self.latency.observe(sent.elapsed());
         Ok(())
     }

@@ -20,6 +20,7 @@ mod lane;
 mod listener;
 mod session;
 mod statements;
+mod tls;
 mod upsert;
 
 use std::sync::Arc;
@@ -280,7 +281,7 @@ impl Primary for PgStore {
     /// coordinator answering says nothing of the workers.
     async fn probe(&self) -> Result<(), StoreError> {
         let mut conn = self.session.open().await.map_err(classify)?;
-        sqlx::query("SELECT 1").execute(&mut conn).await.map_err(classify)?;
+        session::ping_writable(&mut conn).await.map_err(classify)?;
         for &route in self.session.routes().map_or(&[][..], |r| r.all()) {
             sqlx::query("SELECT pglimit_ping_route($1)")
                 .bind(route)

@@ -27,7 +27,7 @@ impl Session {
     /// `longest_wait` is the longest any caller waits for an answer; every
     /// server-side limit ends before it.
     pub fn new(url: &str, longest_wait: Duration) -> Result<Self, sqlx::Error> {
-        let connect = with_settings(url.parse()?, longest_wait);
+        let connect = with_settings(super::tls::connect_options(url)?, longest_wait);
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
@@ -72,7 +72,10 @@ impl Session {
     /// Applies the migrations, the configured table persistence and, on a
     /// Citus cluster, the distribution of the tables.
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
-        let mut conn = self.open().await?;
+        let mut conn = self.open().await.map_err(|e| super::tls::explain(e, &self.connect))?;
+        let (version,): (i32,) =
+            sqlx::query_as("SELECT current_setting('server_version_num')::int").fetch_one(&mut conn).await?;
+        supported(version).map_err(|e| sqlx::Error::Configuration(e.into()))?;
         sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
         set_persistence(&mut conn, unlogged).await?;
         if let Some(routes) = citus::setup(&mut conn, citus).await? {
@@ -109,6 +112,23 @@ fn explain_migration(e: sqlx::migrate::MigrateError) -> sqlx::Error {
         ),
         other => other.into(),
     }
+}
+
+/// The oldest PostgreSQL pglimit runs on; the newest tested is 18
+/// (`scripts/test --pg N`). Older servers lack what the migrations use.
+const OLDEST_SUPPORTED: i32 = 15;
+
+/// Refuses a server older than [`OLDEST_SUPPORTED`] before anything is
+/// written to it, naming its version (`server_version_num`, e.g. 130004).
+fn supported(version_num: i32) -> Result<(), String> {
+    let major = version_num / 10_000;
+    if major >= OLDEST_SUPPORTED {
+        return Ok(());
+    }
+    let minor = version_num % 10_000;
+    Err(format!(
+        "PostgreSQL {major}.{minor} is not supported: pglimit runs on PostgreSQL {OLDEST_SUPPORTED} to 18"
+    ))
 }
 
 /// Read committed whatever the database default (each statement must see
@@ -173,6 +193,18 @@ async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), 
     Ok(())
 }
 
+/// What a probe asks: the server answers and takes writes. A standby
+/// answers `SELECT 1` but cannot count a check, so it is gone for pglimit.
+pub(super) async fn ping_writable(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let writable = "SELECT NOT (pg_is_in_recovery() OR current_setting('transaction_read_only')::bool)";
+    let (writable,): (bool,) = sqlx::query_as(writable).fetch_one(conn).await?;
+    if writable {
+        return Ok(());
+    }
+    let read_only = "the server is read-only (a standby, or a primary being demoted)";
+    Err(sqlx::Error::Io(std::io::Error::other(read_only)))
+}
+
 pub(super) fn timed_out(what: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
 }
@@ -183,8 +215,10 @@ pub(super) fn timed_out(what: &str) -> sqlx::Error {
 pub(super) fn classify(e: sqlx::Error) -> StoreError {
     let server_going_away = |code: &str| {
         // 08: connection exception, 53: insufficient resources,
-        // 57P: shutdown, crash, starting up (not 57014, a statement timeout).
-        ["08", "53", "57P"].iter().any(|class| code.starts_with(class))
+        // 57P: shutdown, crash, starting up (not 57014, a statement timeout),
+        // 25006: read-only (a standby, or a primary being demoted: where a
+        // DNS name points during a failover).
+        ["08", "53", "57P", "25006"].iter().any(|class| code.starts_with(class))
     };
     let unreachable = match &e {
         sqlx::Error::Database(db) => db.code().is_some_and(|c| server_going_away(&c)),
@@ -198,5 +232,19 @@ pub(super) fn classify(e: sqlx::Error) -> StoreError {
         StoreError::Unreachable(e.to_string())
     } else {
         StoreError::Failed(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn servers_older_than_15_are_refused_naming_their_version_and_the_range() {
+        assert_eq!(
+            super::supported(130_004).expect_err("13 is refused"),
+            "PostgreSQL 13.4 is not supported: pglimit runs on PostgreSQL 15 to 18"
+        );
+        for version in [150_000, 160_009, 180_004, 190_000] {
+            assert!(super::supported(version).is_ok(), "{version}");
+        }
     }
 }
