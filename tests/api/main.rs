@@ -19,6 +19,7 @@ mod openapi;
 mod operate;
 mod overrides;
 mod policies;
+mod privileges;
 mod properties;
 mod slow_checks;
 mod stalls;

@@ -18,6 +18,7 @@ mod cleanup;
 mod health;
 mod lane;
 mod listener;
+mod schema;
 mod session;
 mod statements;
 mod tls;

@@ -76,7 +76,7 @@ impl Session {
         let (version,): (i32,) =
             sqlx::query_as("SELECT current_setting('server_version_num')::int").fetch_one(&mut conn).await?;
         supported(version).map_err(|e| sqlx::Error::Configuration(e.into()))?;
-        sqlx::migrate!("./migrations").run(&mut conn).await.map_err(explain_migration)?;
+        super::schema::bring_up_to_date(&mut conn).await?;
         set_persistence(&mut conn, unlogged).await?;
         if let Some(routes) = citus::setup(&mut conn, citus).await? {
             let _ = self.routes.set(routes);
@@ -96,22 +96,6 @@ impl Session {
 pub async fn migrate(url: &str, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
     // A one-off command can afford to wait, e.g. behind another instance's migration.
     Session::new(url, Duration::from_secs(30))?.prepare(unlogged, citus).await
-}
-
-/// A database set up by a build from before the schema was squashed into one
-/// file (pre-release) has migrations this build does not know: say what to do.
-fn explain_migration(e: sqlx::migrate::MigrateError) -> sqlx::Error {
-    match e {
-        sqlx::migrate::MigrateError::VersionMissing(version) => sqlx::Error::Configuration(
-            format!(
-                "this database was set up by a pre-release pglimit (migration {version}, since squashed): \
-                 drop its tables pglimit_buckets, pglimit_instances and _sqlx_migrations, or, for the \
-                 private cluster, delete its data directory (PGLIMIT_DATA_DIR, default .pglimit)"
-            )
-            .into(),
-        ),
-        other => other.into(),
-    }
 }
 
 /// The oldest PostgreSQL pglimit runs on; the newest tested is 18

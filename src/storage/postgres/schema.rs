@@ -1,0 +1,59 @@
+//! pglimit's tables and functions, brought up to date by the migrations in
+//! `migrations/`, and only when they are not: so that `serve` can run as a
+//! role that may use pglimit's objects but create nothing, once a
+//! privileged role has run `pglimit migrate`.
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::PgConnection;
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Applies the migrations this build has and the database lacks. A current
+/// schema is only read (`_sqlx_migrations`), which needs no privilege to
+/// create anything; migrating does.
+pub(super) async fn bring_up_to_date(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    if is_current(conn).await? {
+        return Ok(());
+    }
+    MIGRATOR.run(conn).await.map_err(explain)
+}
+
+/// Every migration of this build is applied, unchanged (the same checksum).
+async fn is_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let (exists,): (bool,) =
+        sqlx::query_as("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(&mut *conn).await?;
+    if !exists {
+        return Ok(false);
+    }
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(conn)
+            .await?;
+    let wanted = MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration());
+    let current = wanted.clone().all(|m| applied.iter().any(|(v, c)| *v == m.version && *c == *m.checksum));
+    Ok(current && applied.len() == wanted.count())
+}
+
+/// What to do about a schema this build cannot bring up to date.
+fn explain(e: MigrateError) -> sqlx::Error {
+    let insufficient =
+        |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"));
+    match e {
+        MigrateError::VersionMissing(version) => sqlx::Error::Configuration(
+            format!(
+                "this database was set up by a pre-release pglimit (migration {version}, since squashed): \
+                 drop its tables pglimit_buckets, pglimit_instances and _sqlx_migrations, or, for the \
+                 private cluster, delete its data directory (PGLIMIT_DATA_DIR, default .pglimit)"
+            )
+            .into(),
+        ),
+        MigrateError::Execute(e) if insufficient(&e) => sqlx::Error::Configuration(
+            format!(
+                "pglimit's schema is not current and this role may not change it ({e}): run `pglimit migrate` \
+                 with a DATABASE_URL whose role may create objects, then start again"
+            )
+            .into(),
+        ),
+        other => other.into(),
+    }
+}

@@ -1,0 +1,69 @@
+//! Least privilege: `serve` as a role that may use pglimit's objects but
+//! owns and creates nothing, once a privileged role ran `pglimit migrate`.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::common::{call, check, fresh_database, login, remaining, unique, SECRET};
+
+/// A role with the grants the README lists, and the URL of `database` as it.
+async fn app_role(admin_url: &str) -> String {
+    let role = unique("app").replace('-', "_");
+    let admin = sqlx::PgPool::connect(admin_url).await.expect("admin");
+    let database: (String,) =
+        sqlx::query_as("SELECT current_database()").fetch_one(&admin).await.expect("db");
+    for grant in [
+        format!("CREATE ROLE {role} LOGIN PASSWORD 'app-password'"),
+        format!("GRANT CONNECT ON DATABASE {} TO {role}", database.0),
+        format!("GRANT USAGE ON SCHEMA public TO {role}"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
+        format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO {role}"),
+    ] {
+        sqlx::query(&grant).execute(&admin).await.unwrap_or_else(|e| panic!("{grant}: {e}"));
+    }
+    admin.close().await;
+    let (_, rest) = admin_url.split_once('@').expect("user@host");
+    format!("postgres://{role}:app-password@{rest}")
+}
+
+async fn start(url: &str) -> Result<pglimit::AppState, String> {
+    let vars = [("DATABASE_URL", url), ("PGLIMIT_KEY_SECRET", SECRET)];
+    let config =
+        pglimit::Config::from_lookup(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()));
+    let config = config.expect("a valid config");
+    pglimit::Service::start(&config).await.map(|s| s.state).map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
+    let admin_url = fresh_database().await;
+    pglimit::storage::migrate(&admin_url, false, pglimit::storage::Citus::Auto).await.expect("migrate");
+    let url = app_role(&admin_url).await;
+    let conn = sqlx::PgPool::connect(&url).await.expect("the app role connects");
+    let create = sqlx::query("CREATE TABLE mine (id int)").execute(&conn).await;
+    assert!(create.is_err(), "the role may not create objects");
+
+    let app = start(&url).await.expect("serve starts without privileges to create");
+    let alice = login("alice@example.com", "192.0.2.60");
+    for n in 1..=5 {
+        let reply = check(&app, alice.clone()).await;
+        assert_eq!(
+            (reply.status, reply.body["store"].as_str()),
+            (StatusCode::OK, Some("postgres")),
+            "{n}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(check(&app, alice.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    let mut reset = alice.clone();
+    reset["buckets"] = json!(["email_ip"]);
+    let reply = call(&app, "POST", "/reset", reset).await;
+    assert_eq!((reply.status, remaining(&reply.body, "email_ip")), (StatusCode::OK, 5), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_role_that_creates_nothing_on_an_unmigrated_database_is_told_to_run_migrate() {
+    let url = app_role(&fresh_database().await).await;
+    let error = start(&url).await.err().expect("refused");
+    assert!(error.contains("run `pglimit migrate`"), "{error}");
+}
