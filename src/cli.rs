@@ -129,8 +129,8 @@ pub struct ServeArgs {
     /// 20 × PGLIMIT_DB_TIMEOUT_MS + 5000 if longer].
     #[arg(long, env = "PGLIMIT_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<String>,
-    /// true/false: reload the policy file when it changes on disk; SIGHUP
-    /// always reloads it [default: true].
+    /// true/false: reload the policy file when a new version is closed or
+    /// renamed into place; SIGHUP always reloads it [default: true].
     #[arg(long, env = "PGLIMIT_WATCH_POLICIES")]
     pub watch_policies: Option<String>,
     /// The slowest checks kept, with their phases, for GET
