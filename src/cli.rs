@@ -18,6 +18,7 @@ use crate::config::{Config, ConfigError};
 use crate::policy::Policies;
 
 const DATABASE_URL: &str = "DATABASE_URL";
+const DATABASE_URL_FILE: &str = "DATABASE_URL_FILE";
 
 /// A rate-limit service that keeps one shared, exact limit in PostgreSQL.
 ///
@@ -69,9 +70,14 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// HMAC key for stored keys, at least 32 bytes, the same on every instance;
-    /// required with DATABASE_URL. Prefer the environment: flags show in ps.
+    /// required with DATABASE_URL. As a flag, visible to other users in the
+    /// process list (ps): prefer the variable or its file.
     #[arg(long, env = "PGLIMIT_KEY_SECRET", hide_env_values = true)]
     pub key_secret: Option<String>,
+    /// A file holding the key secret (a container secret), its trailing
+    /// newline dropped; not with PGLIMIT_KEY_SECRET.
+    #[arg(long, env = "PGLIMIT_KEY_SECRET_FILE")]
+    pub key_secret_file: Option<String>,
     /// Zero-config only: where the private cluster and its generated key
     /// secret live [default: .pglimit].
     #[arg(long, env = "PGLIMIT_DATA_DIR")]
@@ -85,14 +91,24 @@ pub struct ServeArgs {
     #[arg(long, env = "PGLIMIT_POLICIES")]
     pub policies: Option<String>,
     /// Comma-separated bearer tokens accepted on /check [default: none: /check
-    /// open, loopback only]. Prefer the environment: flags show in ps.
+    /// open, loopback only]. As a flag, visible to other users in the
+    /// process list (ps): prefer the variable or its file.
     #[arg(long, env = "PGLIMIT_API_TOKENS", hide_env_values = true)]
     pub api_tokens: Option<String>,
+    /// A file holding the API tokens, separated by commas or newlines; not
+    /// with PGLIMIT_API_TOKENS.
+    #[arg(long, env = "PGLIMIT_API_TOKENS_FILE")]
+    pub api_tokens_file: Option<String>,
     /// Comma-separated bearer tokens of the admin routes (/admin/blocks)
-    /// [default: none: admin routes on a loopback bind only, open]. Prefer
-    /// the environment: flags show in ps.
+    /// [default: none: admin routes on a loopback bind only, open]. As a
+    /// flag, visible to other users in the process list (ps): prefer the
+    /// variable or its file.
     #[arg(long, env = "PGLIMIT_ADMIN_TOKENS", hide_env_values = true)]
     pub admin_tokens: Option<String>,
+    /// A file holding the admin tokens, separated by commas or newlines;
+    /// not with PGLIMIT_ADMIN_TOKENS.
+    #[arg(long, env = "PGLIMIT_ADMIN_TOKENS_FILE")]
+    pub admin_tokens_file: Option<String>,
     /// Fraction of checks that start a background delete of expired rows,
     /// 0 to 1 [default: 0.01].
     #[arg(long, env = "PGLIMIT_CLEANUP_RATE")]
@@ -118,9 +134,14 @@ pub struct ServeArgs {
     #[arg(long, env = "PGLIMIT_METRICS")]
     pub metrics: Option<String>,
     /// Bearer token for /metrics [default: none: open on a loopback bind, else
-    /// this or an API token]. Prefer the environment: flags show in ps.
+    /// this or an API token]. As a flag, visible to other users in the
+    /// process list (ps): prefer the variable or its file.
     #[arg(long, env = "PGLIMIT_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
+    /// A file holding the metrics token, its trailing newline dropped; not
+    /// with PGLIMIT_METRICS_TOKEN.
+    #[arg(long, env = "PGLIMIT_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<String>,
     /// true/false: every policy in shadow mode, decided and counted but never
     /// refused [default: false].
     #[arg(long, env = "PGLIMIT_SHADOW")]
@@ -129,8 +150,8 @@ pub struct ServeArgs {
     /// 20 × PGLIMIT_DB_TIMEOUT_MS + 5000 if longer].
     #[arg(long, env = "PGLIMIT_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<String>,
-    /// true/false: reload the policy file when it changes on disk; SIGHUP
-    /// always reloads it [default: true].
+    /// true/false: reload the policy file when a new version is closed or
+    /// renamed into place; SIGHUP always reloads it [default: true].
     #[arg(long, env = "PGLIMIT_WATCH_POLICIES")]
     pub watch_policies: Option<String>,
     /// The slowest checks kept, with their phases, for GET
@@ -154,9 +175,15 @@ pub struct MigrateArgs {
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL to keep counters in, required by migrate [serve's default: a
-    /// private cluster in PGLIMIT_DATA_DIR]. Prefer the environment: flags show in ps.
+    /// private cluster in PGLIMIT_DATA_DIR]. As a flag, visible to other
+    /// users in the process list (ps), password included: prefer the
+    /// variable or its file.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// A file holding DATABASE_URL (a container secret), its trailing
+    /// newline dropped; not with DATABASE_URL.
+    #[arg(long, env = "DATABASE_URL_FILE")]
+    pub database_url_file: Option<String>,
     /// true/false: counters in an UNLOGGED table, cheaper writes but emptied
     /// after a crash; set on a new, empty table only [default: false].
     #[arg(long, env = "PGLIMIT_UNLOGGED")]
@@ -175,11 +202,8 @@ pub struct DatabaseArgs {
 #[derive(Debug)]
 pub enum Run {
     Serve(Vars),
-    /// `url` is DATABASE_URL, which `migrate` requires.
-    Migrate {
-        url: String,
-        vars: Vars,
-    },
+    /// With DATABASE_URL or DATABASE_URL_FILE set (see [`Vars::migration`]).
+    Migrate(Vars),
     CheckPolicies(PathBuf),
     /// The address to probe, as given (parsed by the caller).
     Healthcheck(String),
@@ -203,15 +227,17 @@ pub fn parse_from(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -
         }
         Some(Command::Migrate(_)) => {
             let vars = Vars::of::<MigrateArgs>(sub);
-            let url = vars.get(DATABASE_URL).ok_or_else(missing_database)?;
-            Run::Migrate { url, vars }
+            if vars.get(DATABASE_URL).or_else(|| vars.get(DATABASE_URL_FILE)).is_none() {
+                return Err(missing_database());
+            }
+            Run::Migrate(vars)
         }
     })
 }
 
 /// A usage error, as clap reports a missing argument (exit status 2).
 fn missing_database() -> clap::Error {
-    let why = "migrate needs DATABASE_URL (or --database-url): the database to migrate";
+    let why = "migrate needs DATABASE_URL (or --database-url) or DATABASE_URL_FILE: the database to migrate";
     MigrateArgs::augment_args(clap::Command::new("pglimit migrate"))
         .error(ErrorKind::MissingRequiredArgument, why)
 }
@@ -242,10 +268,15 @@ impl Vars {
         Config::from_lookup(|var| self.get(var))
     }
 
-    /// The configuration as [`Vars::config`] reads it without DATABASE_URL,
-    /// whose key secret migrating does not need.
-    pub fn config_without_database(&self) -> Result<Config, ConfigError> {
-        Config::from_lookup(|var| if var == DATABASE_URL { None } else { self.get(var) })
+    /// What `migrate` needs: DATABASE_URL (or the file DATABASE_URL_FILE
+    /// names), and the configuration without it, whose key secret
+    /// migrating does not need.
+    pub fn migration(&self) -> Result<(String, Config), ConfigError> {
+        let url = crate::config::secret(&|var| self.get(var), DATABASE_URL)?
+            .ok_or_else(|| ConfigError::new(DATABASE_URL, "migrate needs it, or DATABASE_URL_FILE"))?;
+        let without =
+            |var: &str| if [DATABASE_URL, DATABASE_URL_FILE].contains(&var) { None } else { self.get(var) };
+        Ok((url, Config::from_lookup(without)?))
     }
 }
 
@@ -334,10 +365,10 @@ mod tests {
     #[test]
     fn migrate_reads_its_database_and_settings_without_a_key_secret() {
         let args = ["pglimit", "migrate", "--database-url", "postgres://db/x", "--unlogged", "true"];
-        let Ok(Run::Migrate { url, vars }) = parse_from(args) else { panic!("not migrate") };
-        assert_eq!(url, "postgres://db/x");
+        let Ok(Run::Migrate(vars)) = parse_from(args) else { panic!("not migrate") };
         assert!(vars.config().is_err(), "serving would need a key secret");
-        assert!(vars.config_without_database().expect("valid").unlogged);
+        let (url, config) = vars.migration().expect("valid");
+        assert_eq!((url.as_str(), config.unlogged), ("postgres://db/x", true));
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! Configuration, read once from the environment into a typed struct.
 //!
 //! Every variable is documented in `.env.example`; every error names the
-//! variable at fault.
+//! variable at fault. A secret may instead be read from the file its
+//! `_FILE` variable names ([`secret`]), as container platforms mount them.
 
+mod secret;
+
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -10,6 +14,7 @@ use std::time::Duration;
 
 use crate::limiter::{KeySecret, MIN_SECRET_LEN};
 use crate::storage::Citus;
+pub use secret::secret;
 
 #[derive(Clone)]
 pub struct Config {
@@ -97,8 +102,14 @@ pub enum LogFormat {
 #[derive(Debug, thiserror::Error)]
 #[error("{var}: {reason}")]
 pub struct ConfigError {
-    pub var: &'static str,
+    pub var: Cow<'static, str>,
     pub reason: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(var: impl Into<Cow<'static, str>>, reason: impl Into<String>) -> Self {
+        Self { var: var.into(), reason: reason.into() }
+    }
 }
 
 impl Config {
@@ -116,8 +127,8 @@ impl Config {
             },
             database: database(&get)?,
             policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
-            api_tokens: tokens(get("PGLIMIT_API_TOKENS")),
-            admin_tokens: tokens(get("PGLIMIT_ADMIN_TOKENS")),
+            api_tokens: tokens(secret(&get, "PGLIMIT_API_TOKENS")?),
+            admin_tokens: tokens(secret(&get, "PGLIMIT_ADMIN_TOKENS")?),
             cleanup_rate: in_range(
                 &get,
                 "PGLIMIT_CLEANUP_RATE",
@@ -160,21 +171,19 @@ impl Config {
                 Some("false") => Citus::Off,
                 Some(other) => {
                     let reason = format!("{other:?} is not \"auto\", \"true\" or \"false\"");
-                    return Err(ConfigError { var: "PGLIMIT_CITUS", reason });
+                    return Err(ConfigError::new("PGLIMIT_CITUS", reason));
                 }
             },
             log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,
                 Some(other) => {
-                    return Err(ConfigError {
-                        var: "PGLIMIT_LOG_FORMAT",
-                        reason: format!("{other:?} is not \"text\" or \"json\""),
-                    })
+                    let reason = format!("{other:?} is not \"text\" or \"json\"");
+                    return Err(ConfigError::new("PGLIMIT_LOG_FORMAT", reason));
                 }
             },
             metrics: boolean(&get, "PGLIMIT_METRICS", true)?,
-            metrics_token: get("PGLIMIT_METRICS_TOKEN")
+            metrics_token: secret(&get, "PGLIMIT_METRICS_TOKEN")?
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty()),
             shadow: boolean(&get, "PGLIMIT_SHADOW", false)?,
@@ -217,7 +226,7 @@ impl Config {
                         "{ms} ms is shorter than the longest wait on Postgres plus 5 s ({} ms: 20 × PGLIMIT_DB_TIMEOUT_MS + 5000)",
                         floor.as_millis()
                     );
-                    return Err(ConfigError { var, reason });
+                    return Err(ConfigError::new(var, reason));
                 }
                 timeout
             }
@@ -235,16 +244,16 @@ fn boolean(
         None => Ok(default),
         Some("true") => Ok(true),
         Some("false") => Ok(false),
-        Some(other) => Err(ConfigError { var, reason: format!("{other:?} is not \"true\" or \"false\"") }),
+        Some(other) => Err(ConfigError::new(var, format!("{other:?} is not \"true\" or \"false\""))),
     }
 }
 
 fn database(get: &impl Fn(&str) -> Option<String>) -> Result<Database, ConfigError> {
-    let secret = match get("PGLIMIT_KEY_SECRET") {
+    let key_secret = match secret(get, "PGLIMIT_KEY_SECRET")? {
         Some(s) => Some(KeySecret::new(s.as_bytes()).ok_or_else(|| short_secret(s.len()))?),
         None => None,
     };
-    Ok(match (get("DATABASE_URL"), secret) {
+    Ok(match (secret(get, "DATABASE_URL")?, key_secret) {
         (Some(url), Some(secret)) => Database::Shared { url, secret },
         (Some(_), None) => return Err(missing_secret()),
         (None, secret) => Database::Private {
@@ -256,24 +265,23 @@ fn database(get: &impl Fn(&str) -> Option<String>) -> Result<Database, ConfigErr
 }
 
 fn missing_secret() -> ConfigError {
-    ConfigError {
-        var: "PGLIMIT_KEY_SECRET",
-        reason: format!(
-            "required when DATABASE_URL is set: every instance sharing the database must use the same secret \
-             (at least {MIN_SECRET_LEN} bytes, e.g. from `openssl rand -hex 32`), or their counters silently diverge"
-        ),
-    }
+    let reason = format!(
+        "required when DATABASE_URL is set: every instance sharing the database must use the same secret \
+         (at least {MIN_SECRET_LEN} bytes, e.g. from `openssl rand -hex 32`), or their counters silently diverge"
+    );
+    ConfigError::new("PGLIMIT_KEY_SECRET", reason)
 }
 
 fn short_secret(len: usize) -> ConfigError {
-    ConfigError {
-        var: "PGLIMIT_KEY_SECRET",
-        reason: format!("is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)"),
-    }
+    let reason =
+        format!("is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)");
+    ConfigError::new("PGLIMIT_KEY_SECRET", reason)
 }
 
+/// Comma-separated; a newline separates too, so that a file of tokens may
+/// hold one a line.
 fn tokens(raw: Option<String>) -> Vec<String> {
-    raw.map(|s| s.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect())
+    raw.map(|s| s.split([',', '\n']).map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect())
         .unwrap_or_default()
 }
 
@@ -284,7 +292,7 @@ fn parse<T: FromStr>(
     what: &str,
 ) -> Result<T, ConfigError> {
     let raw = get(var).unwrap_or_else(|| default.to_owned());
-    raw.trim().parse().map_err(|_| ConfigError { var, reason: format!("{raw:?} is not {what}") })
+    raw.trim().parse().map_err(|_| ConfigError::new(var, format!("{raw:?} is not {what}")))
 }
 
 fn in_range<T: FromStr + PartialOrd>(
@@ -296,7 +304,7 @@ fn in_range<T: FromStr + PartialOrd>(
 ) -> Result<T, ConfigError> {
     let value: T = parse(get, var, default, what)?;
     if !range.contains(&value) {
-        return Err(ConfigError { var, reason: format!("out of range: expected {what}") });
+        return Err(ConfigError::new(var, format!("out of range: expected {what}")));
     }
     Ok(value)
 }
@@ -361,5 +369,29 @@ mod tests {
     fn api_tokens_are_a_comma_separated_list() {
         let c = config(&[("PGLIMIT_API_TOKENS", "a, b,,c ")]).expect("valid");
         assert_eq!(c.api_tokens, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn every_secret_setting_can_be_read_from_the_file_its_file_variable_names() {
+        use secret::tests::SecretFile;
+        let url = SecretFile::new("url", b"postgres://u:hunter2@db/app\n");
+        let key = SecretFile::new("key", &[b'k'; MIN_SECRET_LEN]);
+        let [api, admin, metrics] = ["api", "admin", "metrics"]
+            .map(|name| SecretFile::new(name, format!("{name}-1\n{name}-2\n").as_bytes()));
+        let c = config(&[
+            ("DATABASE_URL_FILE", &url.path()),
+            ("PGLIMIT_KEY_SECRET_FILE", &key.path()),
+            ("PGLIMIT_API_TOKENS_FILE", &api.path()),
+            ("PGLIMIT_ADMIN_TOKENS_FILE", &admin.path()),
+            ("PGLIMIT_METRICS_TOKEN_FILE", &metrics.path()),
+        ])
+        .expect("valid");
+        assert!(matches!(&c.database, Database::Shared { url, .. } if url == "postgres://u:hunter2@db/app"));
+        assert_eq!(c.api_tokens, ["api-1", "api-2"], "a newline separates tokens");
+        assert_eq!(c.admin_tokens, ["admin-1", "admin-2"]);
+        assert_eq!(c.metrics_token.as_deref(), Some("metrics-1\nmetrics-2"), "one token, as given");
+        let short = SecretFile::new("short-key", b"short");
+        let err = config(&[("DATABASE_URL", "postgres://x"), ("PGLIMIT_KEY_SECRET_FILE", &short.path())]);
+        assert!(err.unwrap_err().to_string().starts_with("PGLIMIT_KEY_SECRET: is 5 bytes"));
     }
 }

@@ -14,7 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     match cli::parse() {
         Run::Serve(vars) => serve(&vars),
-        Run::Migrate { url, vars } => block_on(None, migrate(&url, &vars)),
+        Run::Migrate(vars) => block_on(None, migrate(&vars)),
         Run::CheckPolicies(file) => cli::check_policies(&file),
         Run::Healthcheck(bind) => block_on(None, healthcheck(&bind)),
     }
@@ -67,13 +67,13 @@ fn serve(vars: &Vars) -> ExitCode {
     })
 }
 
-async fn migrate(url: &str, vars: &Vars) -> ExitCode {
-    let config = match vars.config_without_database() {
-        Ok(config) => config,
+async fn migrate(vars: &Vars) -> ExitCode {
+    let (url, config) = match vars.migration() {
+        Ok(migration) => migration,
         Err(e) => return configuration_error(&e),
     };
     init_tracing(config.log_format);
-    match pglimit::storage::migrate(url, config.unlogged, config.citus).await {
+    match pglimit::storage::migrate(&url, config.unlogged, config.citus).await {
         Ok(()) => {
             println!("pglimit: migrations applied");
             ExitCode::SUCCESS

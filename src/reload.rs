@@ -1,5 +1,5 @@
 //! Policies reloaded without a restart: on SIGHUP, and when the policy file
-//! changes on disk.
+//! has been rewritten on disk.
 //!
 //! A new file is read and validated whole, then put in force at once:
 //! checks in flight finish on the policies they started with, later ones
@@ -8,17 +8,18 @@
 //! keyed by policy, bucket and algorithm, not by limit or window, so a
 //! changed limit or window applies to the counts already there.
 //!
-//! The watch is on the file's directory, not the file: editors and
-//! Kubernetes ConfigMaps replace a file by renaming another over it, which
-//! a watch on the old file would not see. (A symlink to a file in another
-//! directory is not followed: send SIGHUP after changing such a target.)
+//! On disk, only a file made whole counts (`watch`: closed by its writer,
+//! or renamed or linked into place), never a write in progress. As a belt,
+//! such a file is read twice, [`SETTLE`] apart, and put in force only if
+//! both reads agree: a second writer still at work makes them differ, and
+//! its own close brings another read. SIGHUP reads the file once, at once.
+
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,10 +30,11 @@ use crate::policy::{Policies, PolicyError};
 use crate::storage::Store;
 use crate::telemetry;
 
-/// After a change is seen, the file must be quiet this long before it is
-/// read (an editor may truncate, then write; a copy arrives in chunks)...
-const SETTLE: Duration = Duration::from_millis(100);
-/// ...but a file written to without a pause is read after this at most.
+/// After the file is made whole, it must stay quiet this long before it is
+/// read (a rename and a close may come together), and its two reads are this
+/// far apart...
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// ...but a file made whole again and again is read after this at most.
 const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
 
 /// What a reload did.
@@ -66,19 +68,19 @@ pub fn catch_hangup() -> std::io::Result<Signal> {
     signal(SignalKind::hangup())
 }
 
-/// Reloads `path` on every SIGHUP and, if `watch`, whenever its directory
-/// reports a change to it, until the task is aborted. Without a file
-/// (built-in policies) SIGHUP is only logged. If the file cannot be watched
-/// (inotify instances exhausted, say), SIGHUP still reloads it.
+/// Reloads `path` on every SIGHUP and, if `watch`, whenever it is made
+/// whole on disk, until the task is aborted. Without a file (built-in
+/// policies) SIGHUP is only logged. If the file cannot be watched (inotify
+/// instances exhausted, say), SIGHUP still reloads it.
 pub fn spawn<S: Store>(
     path: Option<PathBuf>,
     watch: bool,
     limiter: Arc<Limiter<S>>,
     mut hangup: Signal,
 ) -> JoinHandle<()> {
-    let (changed, mut changes) = mpsc::channel(1);
+    let (whole, mut made_whole) = mpsc::channel(1);
     let watcher = match &path {
-        Some(path) if watch => watch_file(path, changed)
+        Some(path) if watch => watch::watch(path, whole)
             .inspect_err(
                 |e| tracing::warn!(error = %e, "cannot watch the policy file; SIGHUP still reloads it"),
             )
@@ -89,38 +91,83 @@ pub fn spawn<S: Store>(
         let _watcher = watcher; // watching stops when it is dropped
         loop {
             let trigger = tokio::select! {
-                Some(()) = hangup.recv() => "SIGHUP",
-                Some(()) = changes.recv() => {
-                    settle(&mut changes).await;
-                    "file change"
+                Some(()) = hangup.recv() => Trigger::Hangup,
+                Some(()) = made_whole.recv() => {
+                    settle(&mut made_whole).await;
+                    Trigger::FileWritten
                 }
                 else => return,
             };
-            let Some(path) = path.clone() else {
-                tracing::info!(
-                    "SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay"
-                );
-                continue;
-            };
-            let read = tokio::task::spawn_blocking({
-                let path = path.clone();
-                move || Policies::load(&path)
-            });
-            match read.await {
-                Ok(loaded) => log_outcome(trigger, &path, apply(loaded, &limiter)),
-                Err(e) => {
-                    tracing::error!(error = %e, "reading the policy file failed; the policies in force stay")
-                }
-            }
+            reload(trigger, path.as_deref(), &limiter).await;
         }
     })
 }
 
-/// Waits until no change has been reported for [`SETTLE`], or
+/// Reads `path` as `trigger` asks, puts what it holds in force if it is
+/// new and valid, and logs what happened.
+async fn reload<S: Store>(trigger: Trigger, path: Option<&Path>, limiter: &Limiter<S>) {
+    let Some(path) = path else {
+        tracing::info!("SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay");
+        return;
+    };
+    let read = tokio::task::spawn_blocking({
+        let path = path.to_owned();
+        move || trigger.read(&path)
+    });
+    match read.await {
+        Ok(Some(loaded)) => log_outcome(trigger.name(), path, apply(loaded, limiter)),
+        Ok(None) => tracing::info!(
+            trigger = trigger.name(),
+            "policy file still being written (two reads differed); read again once its writer closes it"
+        ),
+        Err(e) => tracing::error!(error = %e, "reading the policy file failed; the policies in force stay"),
+    }
+}
+
+/// What asks for a reload, which decides how the file is read.
+#[derive(Clone, Copy)]
+enum Trigger {
+    Hangup,
+    FileWritten,
+}
+
+impl Trigger {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Hangup => "SIGHUP",
+            Self::FileWritten => "file change",
+        }
+    }
+
+    /// The file as read for this trigger (blocking): at once for a signal,
+    /// twice [`SETTLE`] apart for a file made whole.
+    fn read(self, path: &Path) -> Option<Result<Policies, PolicyError>> {
+        match self {
+            Self::Hangup => Some(Policies::load(path)),
+            Self::FileWritten => read_twice(path, || std::thread::sleep(SETTLE)),
+        }
+    }
+}
+
+/// Reads `path`, waits with `between`, reads it again: what it holds if the
+/// two reads agree, `None` if they differ (a writer is still at work).
+fn read_twice(path: &Path, between: impl FnOnce()) -> Option<Result<Policies, PolicyError>> {
+    let first = Policies::load(path);
+    between();
+    let second = Policies::load(path);
+    let same = match (&first, &second) {
+        (Ok(first), Ok(second)) => first.hash() == second.hash(),
+        (Err(first), Err(second)) => first.to_string() == second.to_string(),
+        _ => false,
+    };
+    same.then_some(second)
+}
+
+/// Waits until the file has not been made whole again for [`SETTLE`], or
 /// [`SETTLE_AT_MOST`] has passed.
-async fn settle(changes: &mut mpsc::Receiver<()>) {
+async fn settle(made_whole: &mut mpsc::Receiver<()>) {
     let give_up = Instant::now() + SETTLE_AT_MOST;
-    while let Ok(Some(())) = tokio::time::timeout(SETTLE, changes.recv()).await {
+    while let Ok(Some(())) = tokio::time::timeout(SETTLE, made_whole.recv()).await {
         if Instant::now() >= give_up {
             return;
         }
@@ -139,40 +186,35 @@ fn log_outcome(trigger: &str, path: &Path, outcome: Result<Reloaded, PolicyError
     }
 }
 
-/// Sends on `changed` when something in `path`'s directory that could be
-/// `path` is created, written, renamed or removed, or when the watch may
-/// have missed events. Opening or reading the file (as a reload does) is
-/// not a change; a writer closing it is.
-fn watch_file(path: &Path, changed: mpsc::Sender<()>) -> notify::Result<notify::RecommendedWatcher> {
-    let name = path.file_name().map(ToOwned::to_owned);
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match event {
-            Err(_) => true, // an error may hide a change: read the file again
-            Ok(event) if event.need_rescan() || event.paths.is_empty() => true,
-            Ok(event) => match event.kind {
-                EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
-                    concerns(&event.paths, name.as_deref())
-                }
-                EventKind::Access(_) => false,
-                _ => concerns(&event.paths, name.as_deref()),
-            },
-        };
-        if relevant {
-            let _ = changed.try_send(()); // full: a reload is already due
-        }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Whether an event on `paths` may concern the file `name`. Kubernetes
-/// updates a ConfigMap by swapping a `..data` symlink the file points through.
-fn concerns(paths: &[PathBuf], name: Option<&std::ffi::OsStr>) -> bool {
-    paths
-        .iter()
-        .any(|p| p.file_name().is_some_and(|n| Some(n) == name || n.to_string_lossy().starts_with("..")))
+    const VALID: &str = "[policies.p]\nidentifiers = { ip = \"ip\" }\n\
+        [[policies.p.buckets]]\nname = \"b\"\non = [\"ip\"]\nwindow = \"1h\"\nlimit = 10";
+
+    /// Reads a file holding `first`, rewritten to `then` between the reads.
+    fn read_while_rewritten(test: &str, first: &str, then: &str) -> Option<Result<Policies, PolicyError>> {
+        let path =
+            std::env::temp_dir().join(format!("pglimit-read-twice-{test}-{}.toml", std::process::id()));
+        std::fs::write(&path, first).expect("write the file");
+        let read = read_twice(&path, || std::fs::write(&path, then).expect("rewrite the file"));
+        std::fs::remove_file(&path).expect("remove the file");
+        read
+    }
+
+    #[test]
+    fn a_file_that_changes_between_its_two_reads_is_not_put_in_force() {
+        assert!(read_while_rewritten("changed", VALID, &format!("{VALID}00")).is_none());
+        assert!(read_while_rewritten("emptied", VALID, "").is_none(), "valid, then not");
+    }
+
+    #[test]
+    fn a_file_that_reads_the_same_twice_is_what_it_holds_valid_or_not() {
+        let read = read_while_rewritten("same", VALID, VALID);
+        let hash = read.expect("the reads agree").expect("valid").hash().to_owned();
+        assert_eq!(hash, crate::policy::short_hash(VALID));
+        let broken = read_while_rewritten("broken", "limit =", "limit =").expect("the reads agree");
+        assert!(broken.is_err());
+    }
 }

@@ -123,6 +123,14 @@ async fn migrate_creates_the_counters_table_and_may_run_again() {
     let out = output_of(&["migrate", "--database-url", &other, "--unlogged", "true"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(buckets_table(&other).await, (0, "u".to_owned()), "an empty, unlogged table");
+
+    // DATABASE_URL from a file, as a container secret.
+    let dir = temp_dir("migrate-url-file");
+    let (third, file) = (common::create_database(&url).await, dir.join("database-url"));
+    std::fs::write(&file, format!("{third}\n")).expect("write the secret file");
+    let out = output_of(&["migrate"], &[("DATABASE_URL_FILE", file.to_str().expect("UTF-8 path"))]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(buckets_table(&third).await, (0, "p".to_owned()));
 }
 
 #[test]
@@ -167,6 +175,24 @@ fn a_bad_flag_value_exits_1_naming_its_variable() {
 }
 
 #[test]
+fn an_unreadable_secret_file_stops_start_up_with_one_line_naming_its_variable_and_path() {
+    let dir = temp_dir("secret-file");
+    let missing = dir.join("key-secret");
+    let path = missing.to_str().expect("UTF-8 path");
+    // A database that is never reached: start-up must stop before.
+    let envs = [("DATABASE_URL", "postgres://127.0.0.1:1/none"), ("PGLIMIT_KEY_SECRET_FILE", path)];
+    let out = output_of(&["serve"], &envs);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "pglimit: configuration error: PGLIMIT_KEY_SECRET_FILE: cannot read {path}: \
+             No such file or directory (os error 2)\n"
+        )
+    );
+}
+
+#[test]
 fn version_prints_the_cargo_version() {
     let out = output_of(&["--version"], &[]);
     assert_eq!(out.status.code(), Some(0));
@@ -199,6 +225,13 @@ fn serve_help_documents_every_variable_of_env_example_and_hides_secret_values() 
         assert!(shown.iter().any(|s| help.contains(s.as_str())), "{name} missing from:\n{help}");
     }
     assert!(!help.contains("hunter2") && !help.contains(common::SECRET), "{help}");
+    let secret_flags =
+        ["--database-url ", "--key-secret ", "--api-tokens ", "--admin-tokens ", "--metrics-token "];
+    for flag in secret_flags {
+        let (_, after) = help.split_once(flag).unwrap_or_else(|| panic!("{flag} missing from:\n{help}"));
+        let text = after.split("\n      -").next().unwrap_or_default();
+        assert!(text.contains("visible to other users in the process list"), "{flag}: {text}");
+    }
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! Operating the real binary: exact metrics (one recorder per process),
 //! shadow counts, and policies reloaded on SIGHUP and on a file write, with
-//! a broken edit leaving the policies in force.
+//! a broken edit leaving the policies in force and a half-written file
+//! never read.
 
 mod common;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -133,17 +135,23 @@ async fn a_shadow_policy_over_its_limit_is_counted_as_shadow_denied() {
     service.terminate();
 }
 
+/// The hash of the policies in force, as `/readyz` shows it.
+async fn policies_in_force(service: &Running) -> String {
+    let url = format!("http://{}/readyz", service.addr);
+    let ready: Value = http_client().get(url).send().await.expect("readyz").json().await.expect("JSON");
+    ready["policies"].as_str().expect("a hash").to_owned()
+}
+
 /// Waits until `/readyz` shows the policies of `text` in force.
 async fn wait_for_policies(service: &Running, text: &str) {
     let wanted = pglimit::policy::short_hash(text);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let url = format!("http://{}/readyz", service.addr);
-        let ready: Value = http_client().get(url).send().await.expect("readyz").json().await.expect("JSON");
-        if ready["policies"] == wanted.as_str() {
+        let in_force = policies_in_force(service).await;
+        if in_force == wanted {
             return;
         }
-        assert!(Instant::now() < deadline, "policies {wanted} never in force: {ready}");
+        assert!(Instant::now() < deadline, "policies {wanted} never in force, still {in_force}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -191,6 +199,40 @@ async fn a_limit_lowered_in_the_file_is_enforced_after_sighup_without_a_restart(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_lowered_by_a_plain_write_to_the_file_is_enforced_without_a_signal() {
     a_lowered_limit_applies_to_the_count_so_far("true", |_| {}).await;
+}
+
+/// A file whose first part alone parses: `limit = 10` of `limit = 1000`,
+/// without the override that follows.
+const LIMIT_LAST: &str = "[policies.signup]\nidentifiers = { ip = \"ip\" }\n\n\
+    [[policies.signup.buckets]]\nname = \"per_ip\"\non = [\"ip\"]\nwindow = \"1h\"\nlimit = 1000\n\n\
+    [[policies.signup.overrides]]\nwhen = { ip = \"192.0.2.66\" }\ndeny = true\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_in_two_parts_with_a_long_pause_is_never_in_force_half_written() {
+    let dir = temp_dir("half-written");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, policy("enforce", 5)).expect("policy file");
+    let service = start_on_fresh_database(&[("PGLIMIT_POLICIES", file.to_str().unwrap())], &dir).await;
+    let before = policies_in_force(&service).await;
+    let (head, tail) = LIMIT_LAST.split_at(LIMIT_LAST.find("limit = 10").expect("a limit") + 10);
+    assert!(pglimit::policy::Policies::parse(head).is_ok(), "the first part alone is a valid file");
+
+    let mut writer = std::fs::File::create(&file).expect("open the file to rewrite it");
+    writer.write_all(head.as_bytes()).expect("first part");
+    // Ten settle times, the file half written and still open.
+    let resume = Instant::now() + 10 * pglimit::reload::SETTLE;
+    while Instant::now() < resume {
+        assert_eq!(policies_in_force(&service).await, before, "a half-written file was put in force");
+        tokio::time::sleep(pglimit::reload::SETTLE / 4).await;
+    }
+    writer.write_all(tail.as_bytes()).expect("second part");
+    drop(writer);
+    wait_for_policies(&service, LIMIT_LAST).await;
+    let scrape = scrape(&service).await;
+    let reloads = |result| value(&scrape, "pglimit_policy_reloads_total", &[("result", result)]);
+    assert_eq!((reloads("ok"), reloads("error")), (1.0, 0.0), "read once, whole");
+    assert_eq!(service.check(signup("192.0.2.66")).await.0, 429, "the second part's override holds");
+    service.terminate();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,48 +30,43 @@ pub enum Cidr {
 impl Cidr {
     /// Parses `a.b.c.d/n` (n ≤ 32) or `v6::/n` (n ≤ 64). Host bits must be
     /// zero: `10.1.2.3/8` is refused rather than guessed at, since it may be
-    /// a typo for `/32` as easily as for `10.0.0.0/8`.
+    /// a typo for `/32` as easily as for `10.0.0.0/8`. The error does not
+    /// quote `text`, nor an address made from it: it is logged.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let (address, prefix) = text
-            .split_once('/')
-            .ok_or_else(|| format!("{text:?} is not a CIDR (expected address/prefix, e.g. 10.0.0.0/8)"))?;
-        let address: IpAddr = address
-            .parse()
-            .map_err(|_| format!("{text:?} is not a CIDR: {address:?} is not an IPv4 or IPv6 address"))?;
-        let prefix = parse_prefix(prefix)
-            .ok_or_else(|| format!("{text:?} is not a CIDR: the prefix after '/' must be a whole number"))?;
+        let (address, prefix) =
+            text.split_once('/').ok_or("not a CIDR: expected address/prefix, e.g. 10.0.0.0/8")?;
+        let address: IpAddr =
+            address.parse().map_err(|_| "not a CIDR: the part before '/' is not an IPv4 or IPv6 address")?;
+        let prefix = parse_prefix(prefix).ok_or("not a CIDR: the prefix after '/' must be a whole number")?;
         match address {
-            IpAddr::V4(network) => Self::v4(text, network, prefix),
-            IpAddr::V6(network) => Self::v6(text, network, prefix),
+            IpAddr::V4(network) => Self::v4(network, prefix),
+            IpAddr::V6(network) => Self::v6(network, prefix),
         }
     }
 
-    fn v4(text: &str, network: Ipv4Addr, prefix: u16) -> Result<Self, String> {
+    fn v4(network: Ipv4Addr, prefix: u16) -> Result<Self, String> {
         if prefix > 32 {
-            return Err(format!("{text:?} is not a CIDR: an IPv4 prefix is at most 32"));
+            return Err("not a CIDR: an IPv4 prefix is at most 32".into());
         }
         let prefix = prefix as u8;
         if u32::from(network) & !mask32(prefix) != 0 {
-            let suggested = Ipv4Addr::from(u32::from(network) & mask32(prefix));
-            return Err(format!("{text:?} has bits set after its /{prefix}: write {suggested}/{prefix}"));
+            return Err(host_bits(prefix));
         }
         Ok(Self::V4 { network, prefix })
     }
 
-    fn v6(text: &str, network: Ipv6Addr, prefix: u16) -> Result<Self, String> {
+    fn v6(network: Ipv6Addr, prefix: u16) -> Result<Self, String> {
         if prefix > 128 {
-            return Err(format!("{text:?} is not a CIDR: an IPv6 prefix is at most 128"));
+            return Err("not a CIDR: an IPv6 prefix is at most 128".into());
         }
         let prefix = prefix as u8;
         if prefix > MAX_V6_PREFIX {
-            return Err(format!(
-                "{text:?} is longer than /64: IPv6 values are grouped by their /64 before matching, \
-                 so a longer prefix cannot be decided; use /64 or less"
-            ));
+            return Err("the CIDR is longer than /64: IPv6 values are grouped by their /64 before \
+                        matching, so a longer prefix cannot be decided; use /64 or less"
+                .into());
         }
         if u128::from(network) & !mask128(prefix) != 0 {
-            let suggested = Ipv6Addr::from(u128::from(network) & mask128(prefix));
-            return Err(format!("{text:?} has bits set after its /{prefix}: write {suggested}/{prefix}"));
+            return Err(host_bits(prefix));
         }
         Ok(Self::V6 { network, prefix })
     }
@@ -98,6 +93,11 @@ impl fmt::Display for Cidr {
             Self::V6 { network, prefix } => write!(f, "{network}/{prefix}"),
         }
     }
+}
+
+fn host_bits(prefix: u8) -> String {
+    let example = "10.0.0.0/8, not 10.1.2.3/8";
+    format!("the CIDR has bits set after its /{prefix}: write the network's first address ({example})")
 }
 
 /// Digits only, since `u16::from_str` would also take a leading `+`.

@@ -1,5 +1,8 @@
 //! The policy file: TOML read into raw types, then validated into
 //! [`Policy`] values, every mistake placed at its line and column.
+//!
+//! An error names the place and what is wrong, never the file's text there:
+//! overrides hold emails and addresses, and errors go to the log.
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
@@ -17,7 +20,7 @@ use crate::algorithm::Algorithm;
 
 /// Parses and validates a whole file; the error is a sentence with a place.
 pub(super) fn parse(text: &str) -> Result<Vec<Policy>, String> {
-    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    let file: File = toml::from_str(text).map_err(|e| describe_toml(&e, text))?;
     if file.policies.is_empty() {
         return Err("no policies defined: add at least one [policies.<name>] table".into());
     }
@@ -92,6 +95,34 @@ impl Mistake {
         let (line, column) = line_column(text, self.span.start);
         format!("{} (line {line}, column {column}): {}", self.path, self.message)
     }
+}
+
+/// The toml crate's error as one line, "line L, column C: message": its
+/// `Display` would quote the file's line, and serde's message the value it
+/// found where another type was expected.
+fn describe_toml(error: &toml::de::Error, text: &str) -> String {
+    let message = without_found_value(error.message()).replace('\n', "; ");
+    match error.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// `invalid type: string "a@b.example", expected u64` becomes `invalid
+/// type: string, expected u64`: the kind of value found, not the value.
+fn without_found_value(message: &str) -> String {
+    for lead in ["invalid type: ", "invalid value: "] {
+        // The last ", expected ": the value itself may hold one.
+        if let Some((found, expected)) = message.strip_prefix(lead).and_then(|m| m.rsplit_once(", expected "))
+        {
+            let kind = found.split(['`', '"']).next().unwrap_or_default().trim_end();
+            return format!("{lead}{kind}, expected {expected}");
+        }
+    }
+    message.to_owned()
 }
 
 /// 1-based line and column of byte `offset`, counting columns in characters

@@ -50,16 +50,17 @@ pub enum Pattern {
 
 impl Pattern {
     /// Reads a pattern as written in a `when` table for an identifier of
-    /// `kind`; the error is a sentence about `text`.
+    /// `kind`; the error says what is wrong without quoting `text`, which
+    /// may be someone's email or address (it is logged).
     pub fn parse(kind: IdentifierKind, text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text.starts_with("*@") && kind != IdentifierKind::Email {
-            return Err(format!("{text:?} is a *@domain pattern, which only an email identifier can use"));
+            return Err("a *@domain pattern is for an email identifier only".into());
         }
         match kind {
             IdentifierKind::Email if text.contains('*') => email_domain(text),
             IdentifierKind::Ip if text.contains('/') => Cidr::parse(text).map(Self::Network),
-            _ => kind.normalise(text).map(Self::Exact).map_err(|reason| format!("{text:?} {reason}")),
+            _ => kind.normalise(text).map(Self::Exact).map_err(|reason| format!("the pattern {reason}")),
         }
     }
 
@@ -76,11 +77,8 @@ impl Pattern {
 /// `*@domain`, its domain checked by the email normaliser so that it is
 /// written as the values it is compared with are.
 fn email_domain(text: &str) -> Result<Pattern, String> {
-    let refuse = || {
-        format!(
-            "{text:?} is not a valid pattern: the only wildcard is a whole local part, as in *@example.com"
-        )
-    };
+    let refuse =
+        || "not a valid pattern: the only wildcard is a whole local part, as in *@example.com".to_string();
     let domain = text.strip_prefix("*@").filter(|d| !d.contains('*')).ok_or_else(refuse)?;
     let probe = IdentifierKind::Email.normalise(&format!("x@{domain}")).map_err(|_| refuse())?;
     let (_, domain) = probe.rsplit_once('@').ok_or_else(refuse)?;

@@ -14,10 +14,10 @@ fn builtin_policies_match_the_reference_design() {
 }
 
 #[test]
-fn type_mistakes_name_the_line() {
+fn type_mistakes_name_the_line_and_column_on_one_line_without_the_value() {
     let text = "[policies.p]\nidentifiers = { email = \"email\" }\n[[policies.p.buckets]]\nname = \"b\"\non = [\"email\"]\nlimit = \"five\"\nwindow = \"1m\"\n";
     let err = Policies::parse(text).unwrap_err().to_string();
-    assert!(err.contains("line 6"), "{err}");
+    assert_eq!(err, "line 6, column 9: invalid type: string, expected u64");
 }
 
 #[test]
@@ -182,6 +182,30 @@ fn columns_count_characters_not_bytes() {
         r#"window = "1m""#,
     ]);
     assert!(err.starts_with("policies.p: buckets[0]: on (line 5, column 15): \"cafe\""), "{err}");
+}
+
+/// Overrides hold emails and addresses, and errors are logged: whatever
+/// is wrong in an override, its error gives the place, never the value.
+#[test]
+fn an_override_that_fails_is_placed_without_quoting_its_value_or_its_line() {
+    for (override_lines, place) in [
+        (&[r#"when = { email = "alice smith@example.com" }"#, "deny = true"][..], "(line 10, column 18): "),
+        (&[r#"when = { email = "203.0.113.77" }"#, "deny = true"], "(line 10, column 18): "),
+        (&[r#"when = { ip = "203.0.113.77/24" }"#, "deny = true"], "(line 10, column 15): "),
+        (&[r#"when = { ip = "*@example.com" }"#, "deny = true"], "(line 10, column 15): "),
+        (
+            &[r#"when = { email = "alice@example.com" }"#, r#"limits = { first = "alice@example.com" }"#],
+            "line 11, column 20: ",
+        ),
+        (&[r#"when = { email = "alice@example.com" } deny = true"#], "line 10, column 40: "),
+        (&[r#"when = { email = "alice@exa"#], "line 10, column 28: "),
+    ] {
+        let lines = [&HEAD[..], &["[[policies.p.overrides]]"], override_lines].concat();
+        let err = error_in(&lines);
+        assert!(err.contains(place), "{override_lines:?}: {err}");
+        assert!(!err.contains("alice") && !err.contains("example") && !err.contains("203.0"), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
 }
 
 #[test]

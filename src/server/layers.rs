@@ -2,16 +2,14 @@
 //! turned into a problem document. All from tower and tower-http.
 //!
 //! The id is the caller's `x-request-id` if it sent a plain one, else a new
-//! one ([`CountedIds`]); it is echoed on every answer (problem documents included) and is
-//! a field of the request's span. The span and its closing line ("finished
+//! one ([`RandomIds`]); it is echoed on every answer (problem documents
+//! included) and is a field of the request's span. The span and its closing line ("finished
 //! processing request": status, latency, policy, decision) are at `debug`,
 //! so they cost nothing at the default log level;
 //! `RUST_LOG=info,pglimit=debug,tower_http=debug` turns them on, and then
 //! every line logged while serving a request carries its id.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -41,7 +39,7 @@ pub fn wrap(router: Router, request_timeout: Duration) -> Router {
     router.layer(
         ServiceBuilder::new()
             .map_request(drop_unfit_request_id)
-            .layer(SetRequestIdLayer::x_request_id(CountedIds::new()))
+            .layer(SetRequestIdLayer::x_request_id(RandomIds))
             .layer(trace)
             .layer(PropagateRequestIdLayer::x_request_id())
             .layer(CatchPanicLayer::custom(panic_problem))
@@ -50,42 +48,24 @@ pub fn wrap(router: Router, request_timeout: Duration) -> Router {
     )
 }
 
-/// Request ids made of a random per-process prefix and a counter
-/// (`3f9a0c1d2e4b5a68-1a2b`): unique across instances like a UUID, but
-/// without drawing 122 random bits and formatting them for every request,
-/// which cost a measurable share of a denial answered from memory.
-#[derive(Clone)]
-struct CountedIds {
-    /// The prefix and its dash, rendered once.
-    prefix: [u8; PREFIX_LEN],
-    next: Arc<AtomicU64>,
-}
+/// Request ids of 128 random bits in lowercase hex, 32 digits: unique
+/// across instances like a UUID, and, unlike a counter, they tell nothing
+/// of how many requests an instance serves (anyone may ask `/healthz`).
+#[derive(Clone, Copy)]
+struct RandomIds;
 
-const PREFIX_LEN: usize = 17;
-
-impl CountedIds {
-    fn new() -> Self {
-        let mut prefix = [b'-'; PREFIX_LEN];
-        hex(rand::random(), &mut prefix[..16]);
-        Self { prefix, next: Arc::new(AtomicU64::new(0)) }
-    }
-}
-
-impl MakeRequestId for CountedIds {
+impl MakeRequestId for RandomIds {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
         // Written into a buffer rather than with format!, which cost a
         // measurable share of a denial answered from memory.
-        let mut id = [0u8; PREFIX_LEN + 16];
-        id[..PREFIX_LEN].copy_from_slice(&self.prefix);
-        let digits = (16 - n.leading_zeros() as usize / 4).max(1);
-        hex(n, &mut id[PREFIX_LEN..PREFIX_LEN + digits]);
-        HeaderValue::from_bytes(&id[..PREFIX_LEN + digits]).ok().map(RequestId::new)
+        let mut id = [0u8; 32];
+        hex(rand::random(), &mut id);
+        HeaderValue::from_bytes(&id).ok().map(RequestId::new)
     }
 }
 
 /// The low digits of `n` in lowercase hex, filling `out`.
-fn hex(mut n: u64, out: &mut [u8]) {
+fn hex(mut n: u128, out: &mut [u8]) {
     for digit in out.iter_mut().rev() {
         *digit = b"0123456789abcdef"[(n & 0xf) as usize];
         n >>= 4;
@@ -160,15 +140,17 @@ mod tests {
     use axum::http::StatusCode;
 
     #[test]
-    fn request_ids_are_the_prefix_in_hex_a_dash_and_the_count_in_hex() {
-        let mut ids = CountedIds::new();
-        let prefix = std::str::from_utf8(&ids.prefix).expect("ascii").to_owned();
-        assert!(prefix.ends_with('-') && prefix[..16].bytes().all(|b| b.is_ascii_hexdigit()));
-        for n in [0u64, 1, 0xf, 0x10, 0x1a2b, u64::MAX] {
-            ids.next.store(n, Ordering::Relaxed);
-            let id = ids.make_request_id(&Request::new(())).expect("an id");
-            assert_eq!(id.header_value(), &format!("{prefix}{n:x}"));
-        }
+    fn request_ids_are_32_random_hex_digits_that_count_nothing() {
+        let make = || {
+            let id = RandomIds.make_request_id(&Request::new(())).expect("an id");
+            id.header_value().to_str().expect("ascii").to_owned()
+        };
+        let (first, second) = (make(), make());
+        assert_eq!(first.len(), 32, "{first}");
+        assert!(first.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{first}");
+        // A count would leave consecutive ids alike but for their last digits;
+        // 64 random bits are alike once in 2^64.
+        assert_ne!(first[..16], second[..16], "consecutive ids share a prefix");
     }
 
     #[test]

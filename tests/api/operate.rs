@@ -27,10 +27,9 @@ limit = 2
 window = "1h"
 "#;
 
-/// A generated request id: 16 hex digits of the process, a counter in hex.
+/// A generated request id: 32 lowercase hex digits, 128 random bits.
 fn is_generated(id: &str) -> bool {
-    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-    id.split_once('-').is_some_and(|(prefix, n)| prefix.len() == 16 && hex(prefix) && hex(n))
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[tokio::test]

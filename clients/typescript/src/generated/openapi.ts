@@ -529,7 +529,7 @@ export interface components {
         CacheControl: "no-store";
         /** @description Whole seconds until a check of the same cost could pass, at least 1 */
         RetryAfter: number;
-        /** @description The caller's x-request-id if it sent one, else a new one (16 hex digits naming the process, a dash, a counter); present on every answer, problem documents included, and on the request's log line */
+        /** @description The caller's x-request-id if it sent one, else a new one (32 hex digits, 128 random bits); present on every answer, problem documents included, and on the request's log line */
         XRequestId: string;
     };
     pathItems: never;
