@@ -1,11 +1,14 @@
 //! A lane keeps several calls in flight, yet checks on one key are decided
-//! in the order they were queued.
+//! in the order they were queued; a connection the server ends is replaced.
 
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::common::{adhoc_key, fresh_database, pg_store, unique};
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::common::{adhoc_key, check, fresh_database, pg_store, unique};
 use futures_util::poll;
 use pglimit::algorithm::Algorithm;
 use pglimit::storage::{BucketSpec, CheckBatch, Key, MemoryFallback, Store, StoreKind};
@@ -102,4 +105,33 @@ async fn a_check_held_back_holds_back_later_checks_on_its_other_keys() {
     assert_eq!(left, [9, 8]);
     assert_eq!(first.await.expect("first check").expect("decided").buckets[0].remaining, 9);
     pool.close().await;
+}
+
+/// A maintenance restart or `pg_terminate_backend` ends pglimit's
+/// connections while the server stays up: the next checks are answered by
+/// Postgres on new connections, not failed and not answered from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_ends_are_replaced_without_a_failed_check() {
+    let url = fresh_database().await;
+    let app = crate::common::instance(&url, &[]).await;
+    let body = json!({ "key": unique("terminated"), "limit": 100, "window": "1h" });
+    assert_eq!(check(&app, body.clone()).await.body["store"], "postgres");
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let ended: (i64,) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(&admin)
+    .await
+    .expect("terminate");
+    assert!(ended.0 >= 2, "pglimit's connections were ended: {}", ended.0);
+    for n in 0..20 {
+        let reply = check(&app, body.clone()).await;
+        assert_eq!(
+            (reply.status, reply.body["store"].as_str()),
+            (StatusCode::OK, Some("postgres")),
+            "check {n}: {}",
+            reply.body
+        );
+    }
 }

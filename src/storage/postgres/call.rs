@@ -25,7 +25,11 @@ pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> S
     let batches: Vec<&CheckBatch> = jobs.iter().map(|job| &job.batch).collect();
     let tasks: Vec<&Task> = jobs.iter().map(|job| &job.task).collect();
     let now = jobs.first().and_then(|job| job.now);
-    let result = run(session, &mut slot, &batches, now, &tasks).await;
+    let mut result = run(session, &mut slot, &batches, now, &tasks).await;
+    if result.as_ref().is_err_and(ended_by_server) {
+        // Nothing the ended connection ran was committed: send it again.
+        result = run(session, &mut slot, &batches, now, &tasks).await;
+    }
     let took = sent.elapsed();
     telemetry::db_call(took, jobs.len());
     let checks = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
@@ -78,10 +82,17 @@ async fn run(
         Ok(result) => result,
         Err(_) => Err(timed_out("waiting for a batch")),
     };
-    if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_))) {
-        *slot = None; // the connection's state is unknown: start afresh
+    if result.as_ref().is_err_and(|e| !matches!(e, sqlx::Error::Database(_)) || ended_by_server(e)) {
+        *slot = None; // the connection's state is unknown, or it is gone: start afresh
     }
     result
+}
+
+/// The server ended the connection while the server itself stays up
+/// (57P01: `pg_terminate_backend`, a pooler or a maintenance restart
+/// closing sessions): a new connection serves, no outage to declare.
+fn ended_by_server(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("57P01"))
 }
 
 /// Gives back each batch's take, one call per batch (each on one worker).
