@@ -14,8 +14,8 @@ mod deny_cache;
 mod fallback;
 mod memory;
 mod postgres;
+mod stale;
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,7 @@ pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
 pub use postgres::{migrate, Citus, PgStore, PgStoreOptions};
+pub use stale::{Stale, MAX_STALE_KEYS};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];
@@ -200,50 +201,6 @@ pub trait Store: Send + Sync + 'static {
     /// The generation of the last action this instance has heard of.
     fn actions_heard(&self) -> u64 {
         0
-    }
-}
-
-/// What an action made stale.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stale {
-    /// At most [`MAX_STALE_KEYS`]; build with [`Stale::of`].
-    Keys(HashSet<Key>),
-    /// Everything: a notification may have been missed, or too many keys
-    /// were named to be worth naming.
-    All,
-}
-
-/// More stale keys than this, gathered between two checks, count as
-/// everything. The bound caps the memory they hold while no check takes
-/// them (resets heard during an attack) and the time the check that takes
-/// them spends forgetting under the deny cache's lock (one index lookup per
-/// key); forgetting everything instead costs at most one statement per
-/// flooded check, once, until its denial is remembered again.
-pub const MAX_STALE_KEYS: usize = 4096;
-
-impl Stale {
-    /// These keys, or everything past [`MAX_STALE_KEYS`].
-    pub fn of(keys: impl IntoIterator<Item = Key>) -> Stale {
-        Self::bounded(keys.into_iter().collect())
-    }
-
-    fn bounded(keys: HashSet<Key>) -> Stale {
-        if keys.len() > MAX_STALE_KEYS {
-            return Stale::All;
-        }
-        Stale::Keys(keys)
-    }
-
-    /// Both at once.
-    pub fn merge(self, other: Stale) -> Stale {
-        match (self, other) {
-            (Stale::Keys(a), Stale::Keys(b)) => {
-                let (mut more, fewer) = if a.len() >= b.len() { (a, b) } else { (b, a) };
-                more.extend(fewer);
-                Self::bounded(more)
-            }
-            _ => Stale::All,
-        }
     }
 }
 

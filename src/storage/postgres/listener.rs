@@ -15,8 +15,6 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::watch;
 
-#[cfg(test)]
-use crate::storage::MAX_STALE_KEYS;
 use crate::storage::{Key, Stale};
 
 pub const CHANNEL: &str = "pglimit_actions";
@@ -144,6 +142,7 @@ async fn hear(listener: &mut PgListener, heard: &Heard, closed: &mut watch::Rece
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::MAX_STALE_KEYS;
 
     #[test]
     fn a_notification_names_its_keys_and_a_missed_one_makes_everything_stale() {
