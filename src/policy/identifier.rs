@@ -99,6 +99,9 @@ fn normalise_email(value: &str) -> Result<String, String> {
 /// `xn--exmple-cua.com` and `exämple.com` are folded alike; `None` if IDNA
 /// (UTS #46, nontransitional) refuses it.
 fn ascii_domain(domain: &str) -> Option<String> {
+    if domain.is_ascii() && !domain.split('.').any(|label| label.starts_with("xn--")) {
+        return Some(domain.to_owned()); // what UTS #46 makes of it, without its tables
+    }
     let uts46 = Uts46::new();
     let (unicode, valid) = uts46.to_unicode(domain.as_bytes(), AsciiDenyList::EMPTY, Hyphens::Allow);
     valid.ok()?;
