@@ -7,6 +7,9 @@
 --                hot:    always key "hot"
 --                deny:   key "deny<1..BENCH_KEYS>" at random (limit BENCH_LIMIT,
 --                        pre-filled by bench/run so that every check is denied)
+--                reset:  POST /reset (the path wrk was given is ignored) of key
+--                        "reset<1..BENCH_KEYS>" at random: bench/run's stream of
+--                        resets beside its deny-resets scenario
 --                policy: {"policy":BENCH_POLICY,"identifiers":{"email":
 --                        "u<N>@example.com","ip":"198.51.100.<M>"}}, N at random
 --                        of 1..BENCH_KEYS, M = 1 + (N - 1) % 254 (so 254
@@ -58,7 +61,9 @@ local recipients = tonumber(os.getenv("BENCH_RECIPIENTS") or "4000000")
 local pooled = mode == "login" or mode == "contact" or mode == "mixed"
 
 local headers = { ["Content-Type"] = "application/json" }
-local prefix = (mode == "deny") and "deny" or "k"
+local prefixes = { deny = "deny", reset = "reset" }
+local prefix = prefixes[mode] or "k"
+local path = (mode == "reset") and "/reset" or "/check"
 
 -- Pre-render every request once: the request() hook then only picks one,
 -- so the generator costs the same for every server measured.
@@ -161,7 +166,7 @@ function init(args)
     end
   else
     for i = 1, nkeys do
-      requests[i] = wrk.format("POST", "/check", headers, body_for(prefix .. i))
+      requests[i] = wrk.format("POST", path, headers, body_for(prefix .. i))
     end
   end
 end

@@ -66,7 +66,7 @@ fn is_pglimit(system: &str) -> bool {
     matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
 }
 
-const SCENARIOS: [(&str, &str); 14] = [
+const SCENARIOS: [(&str, &str); 15] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
     ("allow-policy", "allow, policy form (2 buckets)"),
@@ -84,7 +84,13 @@ const SCENARIOS: [(&str, &str); 14] = [
     ("curve", "allow, random keys (10,000), curve point"),
     ("deny", "deny, 100 keys over limit"),
     ("deny-inmemory-block", "deny, `inMemoryBlockOnConsumed`"),
+    // Issue 26: pglimit and the baseline only (bench/scenarios.sh).
+    (RESETS_SCENARIO, "deny, 10,000 remembered keys, during a stream of resets"),
 ];
+
+/// The deny path while one client resets other keys (bench/scenarios.sh's
+/// run_deny_resets), whose rate the check column gives.
+const RESETS_SCENARIO: &str = "deny-resets";
 const SYSTEMS: [(&str, &str); 9] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
@@ -128,6 +134,8 @@ struct Record {
     per_decision: f64,
     exec_ms_per_statement: f64,
     cpu: String,
+    /// deny-resets: the resets per second of the stream beside the checks.
+    resets_per_s: f64,
     problems: Vec<String>,
 }
 
@@ -201,6 +209,7 @@ fn record(problems: Vec<String>) -> Record {
         per_decision: NAN,
         exec_ms_per_statement: NAN,
         cpu: String::new(),
+        resets_per_s: NAN,
         problems,
     }
 }
@@ -240,13 +249,33 @@ fn pgbench_record(dir: &Path) -> Record {
     record
 }
 
-fn wrk_record(dir: &Path, system: &str) -> Record {
-    let out = read(dir, "wrk.out");
-    let summary = out
-        .split('\n')
+/// The `WRKJSON` line that bench/check.lua (and grpc-load) print, parsed.
+fn wrk_summary(out: &str) -> Option<serde_json::Value> {
+    out.split('\n')
         .find_map(|line| line.strip_prefix("WRKJSON "))
-        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok());
-    let Some(w) = summary else {
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+}
+
+/// deny-resets: the rate of the stream of resets beside the checks, from
+/// its own wrk's `resets.out`; a problem if it did not run or failed.
+fn resets_alongside(dir: &Path, record: &mut Record) {
+    let Some(w) = wrk_summary(&read(dir, "resets.out")) else {
+        record.problems.push("no stream of resets alongside".to_string());
+        return;
+    };
+    let field = |name: &str| w.get(name).and_then(serde_json::Value::as_f64).unwrap_or(NAN);
+    let failed = field("status_errors") + field("connect_errors") + field("read_errors") + field("timeouts");
+    if failed > 0.0 {
+        record.problems.push(format!("{} resets failed", js_number(failed)));
+    }
+    record.resets_per_s = field("requests") / (field("duration_us") / 1e6);
+    if not_positive(record.resets_per_s) {
+        record.problems.push("no resets alongside".to_string());
+    }
+}
+
+fn wrk_record(dir: &Path, system: &str) -> Record {
+    let Some(w) = wrk_summary(&read(dir, "wrk.out")) else {
         return record(vec!["no wrk summary".to_string()]);
     };
     let field = |name: &str| w.get(name).and_then(serde_json::Value::as_f64).unwrap_or(NAN);
@@ -547,6 +576,9 @@ fn collect(results_dir: &Path, clk_tck: f64) -> std::io::Result<Vec<Record>> {
         record.system = system;
         record.scenario = m.get("scenario").cloned().unwrap_or_else(|| "undefined".to_string());
         record.concurrency = m.get("concurrency").map_or(NAN, |c| number(c));
+        if record.scenario == RESETS_SCENARIO {
+            resets_alongside(&dir, &mut record);
+        }
         let figures = read(&dir, "statements");
         let mut figures = figures.split_whitespace().map(number);
         let statements = figures.next().unwrap_or(NAN);
@@ -658,7 +690,10 @@ fn table(records: &[Record], baseline: Option<&str>, metrics_off: bool) -> Strin
         } else {
             String::new()
         };
-        let check = if r.problems.is_empty() { "ok".to_string() } else { r.problems.join("; ") };
+        let mut check = if r.problems.is_empty() { "ok".to_string() } else { r.problems.join("; ") };
+        if r.resets_per_s.is_finite() {
+            write!(check, " ({} resets/s alongside)", int(r.resets_per_s)).expect("a String");
+        }
         let label = match baseline {
             Some(rev) if system == "baseline" => format!("pglimit at {rev} (baseline)"),
             _ => name(&SYSTEMS, system),
@@ -1133,7 +1168,11 @@ profile behind the figures: with all systems on one machine, requests/s is bound
 with N random of 10,000 and M = 1 + (N - 1) % 254; the `bench` policy (`bench/policies.toml`) has two \
 fixed-window buckets, `email` and `ip`, of 10⁹ per hour, so every check is admitted and, having two \
 buckets, takes a policy's road (docs/design.md: the plain upsert decides it on its snapshot).
-- Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied.
+- Deny path: limit 1 on 100 keys, each already used once, so every measured check is denied. \
+*During a stream of resets* (pglimit and the baseline, last of their runs): the same on 10,000 keys, \
+each already denied once so that the deny cache remembers them all (as during an attack), while one \
+client resets other keys back to back (its rate in the check column): each reset is forgotten \
+against that cache before the next check. Its statements include the resets' own.
 - *check*: `ok` when every answer had the expected status (200 allow, 429 deny), no socket errors, \
 and a probe after the run answered as expected (for pglimit, decided by Postgres, and matched by no \
 override).

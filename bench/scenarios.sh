@@ -2,8 +2,8 @@
 # shellcheck disable=SC2034 # its settings are read by bench/run
 # Sourced by bench/run, whose settings and functions it uses: issue 16's
 # scenarios (pglimit's policies and algorithms, their raw baseline, the
-# concurrency curve) and the seed service, kept apart so that run stays
-# readable.
+# concurrency curve), the seed service and issue 26's checks during a stream
+# of resets, kept apart so that run stays readable.
 
 # --- settings ----------------------------------------------------------------
 
@@ -30,6 +30,12 @@ CONTACT_RECIPIENTS=4000000
 # Requests/s at which the pools of pre-rendered requests stop repeating (see
 # load, and BENCH_POOL in check.lua).
 POOL_RATE=20000
+
+# deny-resets (issue 26): the deny path on this many keys, all remembered by
+# the deny cache before it starts (as during an attack), while one client
+# resets other keys back to back: every reset is forgotten by the instance
+# against a cache this full, under the lock its checks take.
+RESET_DENY_KEYS=10000
 
 POLICY_SCENARIOS="allow-login allow-contact mixed"
 ALGORITHM_SCENARIOS="allow-sliding_window allow-sliding_log allow-token_bucket"
@@ -147,6 +153,42 @@ run_seed() {
     STATS_DB=bench
     SEED_RSS=$(peak_rss_kib "$pid")
     stop "$pid"
+}
+
+# Checks during a stream of resets, for SYSTEM (pglimit or the baseline) at
+# URL, at every client count: deny1..deny<RESET_DENY_KEYS> are put over their
+# limit of 1 and then denied once, so that the deny cache remembers them all.
+# Last of the system's runs, so that the cache this fills weighs on no other.
+run_deny_resets() {
+    local system=$1 url=$2 pass c
+    for pass in admitted denied; do
+        curl_each_deny_key "$url" "$RESET_DENY_KEYS" "$pass"
+    done
+    for c in $CONCURRENCY; do
+        run_wrk "$system" deny-resets "$c" "$url" 429
+    done
+}
+
+# One check of each of deny1..deny<N> at URL, 16 at a time through one curl.
+curl_each_deny_key() {
+    local url=$1 n=$2 pass=$3 config=$WORK/deny-keys.curl i
+    for ((i = 1; i <= n; i++)); do
+        if [ "$i" -gt 1 ]; then echo next; fi # options after it are the next request's
+        printf 'url = "%s/check"\nheader = "content-type: application/json"\noutput = "/dev/null"\n' "$url"
+        printf 'data = "{\\"key\\":\\"deny%d\\",\\"limit\\":1,\\"window\\":\\"1h\\"}"\n' "$i"
+    done >"$config"
+    curl --no-progress-meter --parallel --parallel-max 16 -K "$config" ||
+        die "checking the $n deny keys ($pass) failed"
+}
+
+# The stream of resets beside a deny-resets measurement: one client, one
+# request at a time, resetting keys of its own (reset1..reset<RANDOM_KEYS>,
+# never a deny key, so every check stays denied) for SECONDS. Its wrk output
+# goes to the measurement's resets.out, which the report reads.
+reset_stream() {
+    local url=$1 seconds=$2
+    BENCH_MODE=reset BENCH_KEYS=$RANDOM_KEYS BENCH_LIMIT=1000000000 \
+        wrk -t 1 -c 1 -d "${seconds}s" -s bench/check.lua "$url/reset"
 }
 
 # --- builds and checks -------------------------------------------------------

@@ -28,10 +28,14 @@ pub const INTRO: &str = "Policies and algorithms: pglimit with the shipped `logi
 under the other three algorithms (see *Policies and algorithms* below).";
 
 /// Whether pglimit's comparison run TWIN is measured in SCENARIO: of issue
-/// 16's, the metrics-off run only in the login policy; none on the curve.
+/// 16's, the metrics-off run only in the login policy; none on the curve;
+/// the deny path during resets, only the baseline.
 pub fn twin_measures(twin: &str, scenario: &str) -> bool {
     if scenario == super::curve::SCENARIO {
         return false;
+    }
+    if scenario == super::RESETS_SCENARIO {
+        return twin == "baseline";
     }
     !(twin == "pglimit-nometrics" && SCENARIOS.contains(&scenario) && scenario != "allow-login")
 }

@@ -14,6 +14,7 @@ mod deny_cache;
 mod fallback;
 mod memory;
 mod postgres;
+mod stale;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
 pub use postgres::{migrate, Citus, PgStore, PgStoreOptions};
+pub use stale::{Stale, MAX_STALE_KEYS};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];
@@ -199,27 +201,6 @@ pub trait Store: Send + Sync + 'static {
     /// The generation of the last action this instance has heard of.
     fn actions_heard(&self) -> u64 {
         0
-    }
-}
-
-/// What an action made stale.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stale {
-    Keys(Vec<Key>),
-    /// Everything: a notification may have been missed.
-    All,
-}
-
-impl Stale {
-    /// Both at once.
-    pub fn merge(self, other: Stale) -> Stale {
-        match (self, other) {
-            (Stale::Keys(mut a), Stale::Keys(b)) => {
-                a.extend(b);
-                Stale::Keys(a)
-            }
-            _ => Stale::All,
-        }
     }
 }
 

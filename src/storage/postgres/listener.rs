@@ -48,8 +48,8 @@ impl Heard {
     /// A notification's payload: `<generation> <hex key>,...` or `<generation> *`.
     fn notified(&self, payload: &str) {
         let (generation, keys) = payload.split_once(' ').unwrap_or((payload, "*"));
-        let keys: Option<Vec<Key>> = (keys != "*").then(|| keys.split(',').filter_map(parse_key).collect());
-        self.note(keys.map_or(Stale::All, Stale::Keys));
+        let keys = (keys != "*").then(|| keys.split(',').filter_map(parse_key));
+        self.note(keys.map_or(Stale::All, Stale::of));
         if let Ok(generation) = generation.parse::<u64>() {
             self.generation.fetch_max(generation, Ordering::AcqRel);
         }
@@ -142,18 +142,48 @@ async fn hear(listener: &mut PgListener, heard: &Heard, closed: &mut watch::Rece
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::MAX_STALE_KEYS;
 
     #[test]
     fn a_notification_names_its_keys_and_a_missed_one_makes_everything_stale() {
         let heard = Heard::default();
         assert_eq!(heard.take(), None);
         heard.notified(&payload(3, &[[1; 32], [2; 32]]));
-        assert_eq!(heard.take(), Some(Stale::Keys(vec![[1; 32], [2; 32]])));
+        assert_eq!(heard.take(), Some(Stale::of([[1; 32], [2; 32]])));
         assert_eq!((heard.take(), heard.generation()), (None, 3));
         heard.read(3);
         assert_eq!(heard.take(), None, "a generation already heard of");
         heard.read(4);
         assert_eq!(heard.take(), Some(Stale::All), "generation 4 was never announced");
+    }
+
+    /// Distinct keys: `n` counts up through the first bytes.
+    fn keys(range: std::ops::Range<usize>) -> Vec<Key> {
+        range.map(|n| std::array::from_fn(|i| if i < 8 { n.to_le_bytes()[i] } else { 0 })).collect()
+    }
+
+    #[test]
+    fn stale_keys_heard_between_checks_collapse_to_everything_past_the_bound() {
+        let heard = Heard::default();
+        let per = MAX_KEYS_NAMED;
+        for (i, start) in (0..MAX_STALE_KEYS).step_by(per).enumerate() {
+            heard.notified(&payload(i as i64, &keys(start..(start + per).min(MAX_STALE_KEYS))));
+        }
+        let named = heard.take();
+        assert_eq!(named, Some(Stale::of(keys(0..MAX_STALE_KEYS))), "exactly the bound is still named");
+        for (i, start) in (0..=MAX_STALE_KEYS).step_by(per).enumerate() {
+            heard.notified(&payload(i as i64, &keys(start..start + per)));
+        }
+        assert_eq!(heard.take(), Some(Stale::All));
+    }
+
+    #[test]
+    fn the_same_keys_heard_again_and_again_are_held_once() {
+        let heard = Heard::default();
+        for generation in 0..10 * MAX_STALE_KEYS as i64 {
+            heard.notified(&payload(generation, &[[1; 32], [2; 32]]));
+        }
+        assert_eq!(heard.take(), Some(Stale::of([[1; 32], [2; 32]])));
     }
 
     #[test]

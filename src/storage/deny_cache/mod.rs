@@ -16,7 +16,8 @@
 //! remembered retry time at the latest. Peeks (cost 0) always go through.
 //! Only Postgres decisions are remembered, never the fallback's.
 
-use std::collections::HashMap;
+mod entries;
+
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,30 +25,19 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Actions, Answer, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
+use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
     inner: S,
-    entries: Mutex<Entries>,
+    cache: Mutex<Cache>,
     capacity: usize,
 }
 
-struct Entries {
-    map: HashMap<u64, Remembered>,
+struct Cache {
+    entries: Entries,
     /// When full, expired entries are swept at most once per [`SWEEP_EVERY`],
     /// so a full cache does not scan itself on every denial.
     last_sweep: Instant,
-}
-
-struct Remembered {
-    /// The remembered retry time on this host's monotonic clock: the
-    /// database's `retry_at - now` added to the moment we heard it, so a
-    /// clock difference between the hosts cannot stretch it.
-    until: Instant,
-    /// The database's `retry_at` that `until` stands for.
-    retry: DateTime<Utc>,
-    checked: Answer,
-    /// The check's bucket keys, so that an action on one forgets it.
-    keys: Vec<Key>,
 }
 
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -55,14 +45,18 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 impl<S: Store> DenyCache<S> {
     /// Remembers at most `capacity` denials.
     pub fn new(inner: S, capacity: usize) -> Self {
-        let entries = Entries { map: HashMap::new(), last_sweep: Instant::now() };
-        Self { inner, entries: Mutex::new(entries), capacity }
+        let cache = Cache { entries: Entries::default(), last_sweep: Instant::now() };
+        Self { inner, cache: Mutex::new(cache), capacity }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn recall(&self, fingerprint: u64) -> Option<Answer> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self.lock();
         let now = Instant::now();
-        let remembered = entries.map.get(&fingerprint).filter(|r| now < r.until)?;
+        let remembered = cache.entries.get(fingerprint).filter(|r| now < r.until)?;
         // Set the answer's clock so that its durations are what is left now.
         let left = remembered.until.saturating_duration_since(now);
         let now = remembered.retry - chrono::TimeDelta::from_std(left).unwrap_or_default();
@@ -71,31 +65,27 @@ impl<S: Store> DenyCache<S> {
 
     /// Forgets every denial involving a stale key.
     fn forget(&self, stale: &Stale) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        match stale {
-            Stale::All => entries.map.clear(),
-            Stale::Keys(keys) => entries.map.retain(|_, r| !r.keys.iter().any(|k| keys.contains(k))),
-        }
+        self.lock().entries.forget(stale);
     }
 
     fn remember(&self, fingerprint: u64, checked: &Answer, batch: &CheckBatch) {
         let Some(retry) = latest_retry(checked) else { return };
         let Ok(wait) = (retry - checked.now).to_std() else { return };
         let until = Instant::now() + wait;
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.map.len() >= self.capacity {
-            if entries.last_sweep.elapsed() < SWEEP_EVERY {
+        let mut cache = self.lock();
+        if cache.entries.len() >= self.capacity {
+            if cache.last_sweep.elapsed() < SWEEP_EVERY {
                 return;
             }
             let now = Instant::now();
-            entries.map.retain(|_, r| now < r.until);
-            entries.last_sweep = now;
-            if entries.map.len() >= self.capacity {
+            cache.entries.sweep(now);
+            cache.last_sweep = now;
+            if cache.entries.len() >= self.capacity {
                 return;
             }
         }
         let keys = batch.buckets.iter().map(|b| b.key).collect();
-        entries.map.insert(fingerprint, Remembered { until, retry, checked: checked.clone(), keys });
+        cache.entries.insert(fingerprint, Remembered { until, retry, checked: checked.clone(), keys });
     }
 }
 
@@ -146,7 +136,7 @@ impl<S: Store> Store for DenyCache<S> {
 impl<S: Store + Actions> Actions for DenyCache<S> {
     async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
         self.inner.reset(keys).await?;
-        self.forget(&Stale::Keys(keys.to_vec()));
+        self.forget(&Stale::of(keys.iter().copied()));
         Ok(())
     }
 
@@ -161,7 +151,7 @@ impl<S: Store + Actions> Actions for DenyCache<S> {
 
     async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
         let lifted = self.inner.unblock(keys).await?;
-        self.forget(&Stale::Keys(keys.to_vec()));
+        self.forget(&Stale::of(keys.iter().copied()));
         Ok(lifted)
     }
 
