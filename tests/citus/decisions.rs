@@ -135,7 +135,7 @@ async fn worker_of(pool: &sqlx::PgPool, n: u8) -> i32 {
 async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorithm() {
     let url = cluster().0;
     let pg = common::pg_store(&url).await;
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let pool = crate::direct(&url).await;
     let (mut one, mut other) = (None, None);
     for n in 0..=255u8 {
         match (worker_of(&pool, n).await, one) {

@@ -21,6 +21,15 @@ use serde_json::Value;
 
 const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
 
+/// A pool of the test's own on a node. The nodes' certificate is the X.509
+/// v1 one Citus makes, which rustls cannot read, and sqlx, unlike libpq
+/// and pglimit, does not fall back to plaintext under `sslmode=prefer`.
+async fn direct(url: &str) -> sqlx::PgPool {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a node's URL");
+    let options = options.ssl_mode(sqlx::postgres::PgSslMode::Disable);
+    sqlx::PgPool::connect_with(options).await.expect("connect to a node")
+}
+
 /// The coordinator's URL and the cluster's directory.
 fn cluster() -> (String, PathBuf) {
     let (Ok(url), Ok(dir)) = (std::env::var("PGLIMIT_CITUS_URL"), std::env::var("PGLIMIT_CITUS_DIR")) else {

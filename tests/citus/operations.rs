@@ -28,7 +28,7 @@ async fn the_cleanup_deletes_expired_rows_on_every_shard() {
         let batch = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
         pg.check_as_of(&batch, long_ago).await.expect("answer");
     }
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let pool = crate::direct(&url).await;
     let count = || async {
         let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM pglimit_buckets WHERE key = ANY($1)")
             .bind(&keys)
@@ -119,7 +119,7 @@ async fn set_worker_setting(dir: &std::path::Path, change: &str) {
     for worker in WORKERS {
         let port = std::fs::read_to_string(dir.join(format!("{worker}.port"))).expect("port");
         let url = format!("postgres://pglimit:{}@127.0.0.1:{}/postgres", password.trim(), port.trim());
-        let pool = sqlx::PgPool::connect(&url).await.expect("connect to a worker");
+        let pool = crate::direct(&url).await;
         sqlx::query(&format!("ALTER SYSTEM {change}")).execute(&pool).await.expect("alter system");
         sqlx::query("SELECT pg_reload_conf()").execute(&pool).await.expect("reload");
         // A reload is signalled, not awaited: wait until a new session sees it.
@@ -146,7 +146,7 @@ async fn a_shard_moved_under_load_keeps_the_limit_exact() {
     let url = cluster().0;
     let apps = three_instances().await;
     let name = unique("moving");
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let pool = crate::direct(&url).await;
     let key = common::adhoc_key(&name);
     let (shard, from, to): (i64, i32, i32) = sqlx::query_as(
         "WITH s AS (SELECT get_shard_id_for_distribution_column('pglimit_buckets',

@@ -21,6 +21,8 @@ pub(super) struct Session {
     generation: AtomicU64,
     /// Set by [`Session::prepare`] in Citus mode.
     routes: OnceLock<Routes>,
+    /// `connect` without TLS, once a handshake failed under `sslmode=prefer`.
+    plaintext: OnceLock<PgConnectOptions>,
 }
 
 impl Session {
@@ -31,12 +33,13 @@ impl Session {
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
-        Ok(Self { connect, hard_limit, generation: AtomicU64::new(0), routes: OnceLock::new() })
+        let (generation, routes, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
+        Ok(Self { connect, hard_limit, generation, routes, plaintext })
     }
 
     /// How connections are opened, for connections managed elsewhere (the listener's).
     pub fn connect_options(&self) -> PgConnectOptions {
-        self.connect.clone()
+        self.plaintext.get().unwrap_or(&self.connect).clone()
     }
 
     pub fn hard_limit(&self) -> Duration {
@@ -45,7 +48,7 @@ impl Session {
 
     pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
         let open = async {
-            let mut conn = PgConnection::connect_with(&self.connect).await?;
+            let mut conn = self.connect().await?;
             if self.routes.get().is_some() {
                 // Citus delegates a call to the worker of its route only when
                 // it sees the route's value: a generic plan has a parameter.
@@ -56,6 +59,24 @@ impl Session {
         match tokio::time::timeout(self.hard_limit, open).await {
             Ok(conn) => conn,
             Err(_) => Err(timed_out("connecting")),
+        }
+    }
+
+    /// A connection as `sslmode` asks; under `prefer`, as libpq does, one
+    /// without TLS when the handshake fails (a certificate rustls cannot
+    /// read, such as the X.509 v1 one Citus makes), and so from then on.
+    async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
+        let tried = self.plaintext.get().unwrap_or(&self.connect);
+        match PgConnection::connect_with(tried).await {
+            Err(e) if self.plaintext.get().is_none() && super::tls::may_fall_back(&self.connect, &e) => {
+                let plaintext = self.connect.clone().ssl_mode(sqlx::postgres::PgSslMode::Disable);
+                let conn = PgConnection::connect_with(&plaintext).await?;
+                tracing::warn!(error = %e, "TLS to PostgreSQL failed under sslmode=prefer, so pglimit connects \
+                    without it, as libpq does; set sslmode=verify-full (or require) to insist, disable to skip the attempt");
+                let _ = self.plaintext.set(plaintext);
+                Ok(conn)
+            }
+            result => result,
         }
     }
 

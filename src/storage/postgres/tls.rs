@@ -89,6 +89,18 @@ pub(super) fn explain(error: sqlx::Error, options: &PgConnectOptions) -> sqlx::E
     }
 }
 
+/// Whether a failed connection may be tried again without TLS: the URL
+/// only prefers TLS (or allows it) and the handshake is what failed.
+pub(super) fn may_fall_back(options: &PgConnectOptions, error: &sqlx::Error) -> bool {
+    let preferred = matches!(options.get_ssl_mode(), PgSslMode::Prefer | PgSslMode::Allow);
+    let handshake = match error {
+        sqlx::Error::Tls(_) => true,
+        sqlx::Error::Io(e) => e.kind() == std::io::ErrorKind::InvalidData,
+        _ => false,
+    };
+    preferred && handshake
+}
+
 fn configuration(message: &str) -> sqlx::Error {
     sqlx::Error::Configuration(message.to_owned().into())
 }
