@@ -64,24 +64,32 @@ fn addressed_to_loopback(request: &Request) -> bool {
     let Some(host) = header.or_else(|| request.uri().host()) else {
         return true;
     };
-    let name = host_name(host).to_ascii_lowercase();
-    let name = name.strip_suffix('.').unwrap_or(&name);
-    let literal = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok();
-    literal || name == "localhost" || name.ends_with(".localhost")
+    let name = host_name(host);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.parse::<IpAddr>().is_ok() || is_localhost(name)
 }
 
-/// `host[:port]` or `[v6][:port]` without the port.
+/// `host[:port]`, `[v6][:port]` or a bare IPv6 address, without the port
+/// and the brackets.
 fn host_name(host: &str) -> &str {
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
-            if name.contains(':') && !name.starts_with('[') {
-                host // a bare IPv6 address: its last group is not a port
-            } else {
-                name
-            }
-        }
-        _ => host,
+    if let Some(bracketed) = host.strip_prefix('[') {
+        return bracketed.split(']').next().unwrap_or_default();
     }
+    if host.bytes().filter(|&b| b == b':').count() > 1 {
+        return host; // a bare IPv6 address: its last group is not a port
+    }
+    host.split(':').next().unwrap_or_default()
+}
+
+/// `localhost` or a name under it, in any case, without allocating (it is
+/// asked on every request).
+fn is_localhost(name: &str) -> bool {
+    const LOCALHOST: &str = "localhost";
+    let Some(start) = name.len().checked_sub(LOCALHOST.len()) else {
+        return false;
+    };
+    let whole_label = start == 0 || name.as_bytes()[start - 1] == b'.';
+    whole_label && name.get(start..).is_some_and(|tail| tail.eq_ignore_ascii_case(LOCALHOST))
 }
 
 #[cfg(test)]
@@ -111,9 +119,14 @@ mod tests {
 
     #[test]
     fn a_name_that_a_stranger_could_point_at_loopback_is_refused() {
-        for host in
-            ["evil.example", "evil.example:8080", "localhost.evil.example", "pglimit", "127.0.0.1.nip.io"]
-        {
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "pglimit",
+            "127.0.0.1.nip.io",
+            "xlocalhost",
+        ] {
             assert!(!to(host), "{host}");
         }
     }
