@@ -146,14 +146,7 @@ impl Cluster {
         if self.run_as.is_none() {
             return Ok(());
         }
-        let ok = command_as(self.run_as, Path::new("test"))
-            .arg("-w")
-            .arg(&self.pg_dir)
-            .stdin(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
+        if may(self.run_as, "-w", &self.pg_dir) {
             return Ok(());
         }
         Err(ClusterError::Io(format!(
@@ -236,11 +229,7 @@ const RELOCATED: &str = "/var/lib/pglimit";
 /// the same on every start so that counters survive restarts. The
 /// password and key secret stay in `dir`, which only root reads anyway.
 fn cluster_dir(dir: &Path, run_as: Option<Account>) -> Result<PathBuf, ClusterError> {
-    let enters = |path: &Path| {
-        let test = command_as(run_as, Path::new("test")).arg("-x").arg(path).stdin(Stdio::null()).status();
-        test.map(|s| s.success()).unwrap_or(false)
-    };
-    if run_as.is_none() || enters(dir) {
+    if run_as.is_none() || may(run_as, "-x", dir) {
         return Ok(dir.join("pg"));
     }
     let name = hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(dir.as_os_str().as_encoded_bytes())[..8]);
@@ -253,6 +242,13 @@ fn cluster_dir(dir: &Path, run_as: Option<Account>) -> Result<PathBuf, ClusterEr
         "the postgres account cannot enter the data directory, so the private PostgreSQL runs elsewhere"
     );
     Ok(pg_dir)
+}
+
+/// Whether `account` may do to `path` what `test`'s `access` flag asks
+/// (`-w` write, `-x` enter), asked as that account.
+fn may(account: Option<Account>, access: &str, path: &Path) -> bool {
+    let test = command_as(account, Path::new("test")).arg(access).arg(path).stdin(Stdio::null()).status();
+    test.is_ok_and(|s| s.success())
 }
 
 /// A command that runs `program` as `account` when given (this process is root).
