@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 
 use axum::http::StatusCode;
 use pglimit::pg_cluster::{Cluster, StopMode};
-use pglimit::{Config, Service};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use serde_json::json;
 
@@ -120,12 +119,8 @@ fn url(host: &str, query: &str) -> String {
     format!("{url}?{query}")
 }
 
-async fn start(url: &str) -> Result<Service, String> {
-    let vars = [("DATABASE_URL", url), ("PGLIMIT_KEY_SECRET", common::SECRET)];
-    let config =
-        Config::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
-            .map_err(|e| e.to_string())?;
-    Service::start(&config).await.map_err(|e| e.to_string())
+async fn start(url: &str) -> Result<pglimit::AppState, String> {
+    common::try_instance(url, &[]).await
 }
 
 fn ca_query(mode: &str, ca: &Path) -> String {
@@ -136,7 +131,7 @@ fn ca_query(mode: &str, ca: &Path) -> String {
 async fn verify_full_with_the_servers_ca_serves_checks_over_tls_on_every_connection() {
     let url = url("localhost", &ca_query("verify-full", &server().ca));
     let service = start(&url).await.expect("starts over verified TLS");
-    let reply = common::check(&service.state, json!({ "key": "tls", "limit": 2, "window": "1m" })).await;
+    let reply = common::check(&service, json!({ "key": "tls", "limit": 2, "window": "1m" })).await;
     assert_eq!(
         (reply.status, reply.body["store"].as_str()),
         (StatusCode::OK, Some("postgres")),
@@ -158,8 +153,7 @@ async fn verify_full_with_the_servers_ca_serves_checks_over_tls_on_every_connect
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_encrypts_without_verifying_as_libpq_does() {
     let service = start(&url("127.0.0.1", "sslmode=require")).await.expect("starts encrypted");
-    let reply =
-        common::check(&service.state, json!({ "key": "tls-require", "limit": 2, "window": "1m" })).await;
+    let reply = common::check(&service, json!({ "key": "tls-require", "limit": 2, "window": "1m" })).await;
     assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
 }
 
@@ -213,7 +207,7 @@ async fn a_client_certificate_logs_in_a_role_without_a_password() {
         key.display()
     );
     let service = start(&url).await.expect("starts with a client certificate");
-    let reply = common::check(&service.state, json!({ "key": "tls-cert", "limit": 2, "window": "1m" })).await;
+    let reply = common::check(&service, json!({ "key": "tls-cert", "limit": 2, "window": "1m" })).await;
     assert_eq!(reply.body["store"], "postgres", "{}", reply.body);
     let without = url.split("&sslcert").next().expect("the URL").to_owned();
     let error = start(&without).await.err().expect("no certificate, no login");

@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use serde_json::json;
 
-use crate::common::{call, check, fresh_database, login, remaining, unique, SECRET};
+use crate::common::{call, check, fresh_database, login, remaining, try_instance, unique};
 
 /// A role with the grants the README lists, and the URL of `database` as it.
 async fn app_role(admin_url: &str) -> String {
@@ -26,14 +26,6 @@ async fn app_role(admin_url: &str) -> String {
     format!("postgres://{role}:app-password@{rest}")
 }
 
-async fn start(url: &str) -> Result<pglimit::AppState, String> {
-    let vars = [("DATABASE_URL", url), ("PGLIMIT_KEY_SECRET", SECRET)];
-    let config =
-        pglimit::Config::from_lookup(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()));
-    let config = config.expect("a valid config");
-    pglimit::Service::start(&config).await.map(|s| s.state).map_err(|e| e.to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
     let admin_url = fresh_database().await;
@@ -43,7 +35,7 @@ async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
     let create = sqlx::query("CREATE TABLE mine (id int)").execute(&conn).await;
     assert!(create.is_err(), "the role may not create objects");
 
-    let app = start(&url).await.expect("serve starts without privileges to create");
+    let app = try_instance(&url, &[]).await.expect("serve starts without privileges to create");
     let alice = login("alice@example.com", "192.0.2.60");
     for n in 1..=5 {
         let reply = check(&app, alice.clone()).await;
@@ -64,6 +56,6 @@ async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
 #[tokio::test]
 async fn a_role_that_creates_nothing_on_an_unmigrated_database_is_told_to_run_migrate() {
     let url = app_role(&fresh_database().await).await;
-    let error = start(&url).await.err().expect("refused");
+    let error = try_instance(&url, &[]).await.err().expect("refused");
     assert!(error.contains("run `pglimit migrate`"), "{error}");
 }

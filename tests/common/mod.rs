@@ -129,13 +129,19 @@ pub fn with_database(url: &str, name: &str) -> String {
 /// state, exactly as a separate process would have. `extra` adds or
 /// overrides environment variables.
 pub async fn instance(url: &str, extra: &[(&str, &str)]) -> AppState {
+    try_instance(url, extra).await.unwrap_or_else(|e| panic!("service starts: {e}"))
+}
+
+/// As [`instance`], for tests of start-up itself: a start that fails is
+/// its one-line message.
+pub async fn try_instance(url: &str, extra: &[(&str, &str)]) -> Result<AppState, String> {
     let mut vars: HashMap<String, String> = HashMap::from([
         ("DATABASE_URL".into(), url.to_owned()),
         ("PGLIMIT_KEY_SECRET".into(), SECRET.into()),
     ]);
     vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("valid test config");
-    Service::start(&config).await.expect("service starts").state
+    Service::start(&config).await.map(|service| service.state).map_err(|e| e.to_string())
 }
 
 /// A Postgres store of its own on `url`, for tests that set the clock or
