@@ -51,13 +51,16 @@ impl Stale {
     }
 }
 
+/// Distinct keys for tests: `n` in the first bytes.
+#[cfg(test)]
+pub(crate) fn test_key(n: usize) -> Key {
+    std::array::from_fn(|i| if i < 8 { n.to_le_bytes()[i] } else { 0 })
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_key as key;
     use super::*;
-
-    fn key(n: usize) -> Key {
-        std::array::from_fn(|i| if i < 8 { n.to_le_bytes()[i] } else { 0 })
-    }
 
     #[test]
     fn keys_merge_as_a_set_and_anything_with_all_is_all() {

@@ -157,9 +157,8 @@ mod tests {
         assert_eq!(heard.take(), Some(Stale::All), "generation 4 was never announced");
     }
 
-    /// Distinct keys: `n` counts up through the first bytes.
     fn keys(range: std::ops::Range<usize>) -> Vec<Key> {
-        range.map(|n| std::array::from_fn(|i| if i < 8 { n.to_le_bytes()[i] } else { 0 })).collect()
+        range.map(crate::storage::stale::test_key).collect()
     }
 
     #[test]
