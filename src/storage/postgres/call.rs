@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::lane::{Job, Task};
-use super::session::{classify, timed_out, Session};
+use super::session::{classify, is_sqlstate, timed_out, Session};
 use super::{citus, statements};
 use crate::storage::{Answer, CallTiming, CheckBatch, StoreKind};
 use crate::telemetry;
@@ -92,7 +92,7 @@ async fn run(
 /// (57P01: `pg_terminate_backend`, a pooler or a maintenance restart
 /// closing sessions): a new connection serves, no outage to declare.
 fn ended_by_server(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("57P01"))
+    is_sqlstate(e, "57P01")
 }
 
 /// Gives back each batch's take, one call per batch (each on one worker).

@@ -6,6 +6,8 @@
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::PgConnection;
 
+use super::session::is_sqlstate;
+
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// Applies the migrations this build has and the database lacks. A current
@@ -36,8 +38,6 @@ async fn is_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 
 /// What to do about a schema this build cannot bring up to date.
 fn explain(e: MigrateError) -> sqlx::Error {
-    let insufficient =
-        |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"));
     match e {
         MigrateError::VersionMissing(version) => sqlx::Error::Configuration(
             format!(
@@ -47,7 +47,8 @@ fn explain(e: MigrateError) -> sqlx::Error {
             )
             .into(),
         ),
-        MigrateError::Execute(e) if insufficient(&e) => sqlx::Error::Configuration(
+        // 42501: insufficient privilege.
+        MigrateError::Execute(e) if is_sqlstate(&e, "42501") => sqlx::Error::Configuration(
             format!(
                 "pglimit's schema is not current and this role may not change it ({e}): run `pglimit migrate` \
                  with a DATABASE_URL whose role may create objects, then start again"

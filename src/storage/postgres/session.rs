@@ -214,6 +214,11 @@ pub(super) fn timed_out(what: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
 }
 
+/// Whether the server answered `e` with the SQLSTATE `code`.
+pub(super) fn is_sqlstate(e: &sqlx::Error, code: &str) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
+}
+
 /// Connection-level failures mean Postgres is away for everyone; anything
 /// else (an error the server answered with, a row we could not decode)
 /// concerns this batch only and must not switch the whole instance to memory.

@@ -22,6 +22,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
+use super::session::is_sqlstate;
 use super::statements::{buckets_of, to_i64, Row};
 use crate::algorithm::Algorithm;
 use crate::storage::CheckBatch;
@@ -82,7 +83,7 @@ pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
 
 /// Whether `e` is `pglimit_retry_with_locks`: decide the batch again with locks.
 pub(super) fn must_retry_with_locks(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001"))
+    is_sqlstate(e, "40001")
 }
 
 pub(super) async fn run(
