@@ -12,6 +12,7 @@
 #   apt_install PACKAGE...        apt-get install (update first, once per script)
 #   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
 #   need_nginx                    installs Debian's nginx when missing (tests/proxy.rs runs it)
+#   need_pgbouncer                installs Debian's pgbouncer when missing (tests/pooler.rs runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
@@ -66,6 +67,15 @@ need_nginx() {
     command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] && return 0
     apt_install nginx
     [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || die "nginx still not found after installing it"
+}
+
+# pgbouncer is in /usr/sbin too. Debian's package also enables a system
+# service on port 6432; the tests start their own, so it is stopped.
+need_pgbouncer() {
+    [ -x /usr/sbin/pgbouncer ] && return 0
+    apt_install pgbouncer
+    [ -x /usr/sbin/pgbouncer ] || die "pgbouncer still not found after installing it"
+    if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now pgbouncer >/dev/null 2>&1 || true; fi
 }
 
 # Run from the repository's root (every script cds there first).

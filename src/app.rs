@@ -149,6 +149,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         cleanup_batch: 1000,
         unlogged: config.unlogged,
         citus: config.citus,
+        reach: config.db_reach.clone(),
     }
 }
 

@@ -126,6 +126,18 @@ pub struct ServeArgs {
     /// next runs; at most PGLIMIT_DB_POOL_SIZE [default: 1].
     #[arg(long, env = "PGLIMIT_DB_PIPELINE")]
     pub db_pipeline: Option<String>,
+    /// Most connections one instance opens to Postgres, the kept ones
+    /// included: sets PGLIMIT_DB_POOL_SIZE to what remains [default: unset].
+    #[arg(long, env = "PGLIMIT_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<String>,
+    /// none, session or transaction: the connection pooler DATABASE_URL
+    /// goes through, and its pool mode [default: none].
+    #[arg(long, env = "PGLIMIT_DB_POOLER")]
+    pub db_pooler: Option<String>,
+    /// The schema pglimit's tables and functions live in, created by
+    /// `pglimit migrate` if missing [default: the role's search path].
+    #[arg(long, env = "PGLIMIT_DB_SCHEMA")]
+    pub db_schema: Option<String>,
     /// Most keys the memory fallback holds per instance, and denials
     /// remembered [default: 100000].
     #[arg(long, env = "PGLIMIT_MEMORY_CAPACITY")]

@@ -4,6 +4,7 @@
 //! variable at fault. A secret may instead be read from the file its
 //! `_FILE` variable names ([`secret`]), as container platforms mount them.
 
+mod postgres;
 mod secret;
 
 use std::borrow::Cow;
@@ -13,7 +14,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::limiter::{KeySecret, MIN_SECRET_LEN};
-use crate::storage::Citus;
+use crate::storage::{Citus, Reach};
 pub use secret::secret;
 
 #[derive(Clone)]
@@ -28,7 +29,10 @@ pub struct Config {
     pub admin_tokens: Vec<String>,
     pub cleanup_rate: f64,
     pub db_timeout: Duration,
+    /// Connections for checks per instance.
     pub db_pool_size: u32,
+    /// Through which pooler, and into which schema (`PGLIMIT_DB_POOLER`, `PGLIMIT_DB_SCHEMA`).
+    pub db_reach: Reach,
     /// Calls in flight at once on the lane, the other connections spares.
     pub db_pipeline: u32,
     pub memory_capacity: usize,
@@ -119,6 +123,7 @@ impl Config {
 
     /// Reads the configuration through `get` (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let (db_reach, db_pool_size) = postgres::reach(&get)?;
         Self {
             bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
             grpc_bind: match get("PGLIMIT_GRPC_BIND") {
@@ -143,13 +148,8 @@ impl Config {
                 10..=60_000,
                 "milliseconds from 10 to 60000",
             )?),
-            db_pool_size: in_range(
-                &get,
-                "PGLIMIT_DB_POOL_SIZE",
-                "4",
-                1..=1000,
-                "a number of connections from 1 to 1000",
-            )?,
+            db_pool_size,
+            db_reach,
             db_pipeline: in_range(
                 &get,
                 "PGLIMIT_DB_PIPELINE",
@@ -295,7 +295,7 @@ fn parse<T: FromStr>(
     raw.trim().parse().map_err(|_| ConfigError::new(var, format!("{raw:?} is not {what}")))
 }
 
-fn in_range<T: FromStr + PartialOrd>(
+pub(crate) fn in_range<T: FromStr + PartialOrd>(
     get: &impl Fn(&str) -> Option<String>,
     var: &'static str,
     default: &str,

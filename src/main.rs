@@ -73,7 +73,7 @@ async fn migrate(vars: &Vars) -> ExitCode {
         Err(e) => return configuration_error(&e),
     };
     init_tracing(config.log_format);
-    match pglimit::storage::migrate(&url, config.unlogged, config.citus).await {
+    match pglimit::storage::migrate(&url, config.db_reach.clone(), config.unlogged, config.citus).await {
         Ok(()) => {
             println!("pglimit: migrations applied");
             ExitCode::SUCCESS

@@ -5,9 +5,15 @@ use axum::http::StatusCode;
 use serde_json::json;
 
 use crate::common::{call, check, fresh_database, login, remaining, try_instance, unique};
+use pglimit::storage::{Citus, Reach};
 
 /// A role with the grants the README lists, and the URL of `database` as it.
 async fn app_role(admin_url: &str) -> String {
+    app_role_in(admin_url, "public").await
+}
+
+/// As [`app_role`], with pglimit's objects in `schema`.
+async fn app_role_in(admin_url: &str, schema: &str) -> String {
     let role = unique("app").replace('-', "_");
     let admin = sqlx::PgPool::connect(admin_url).await.expect("admin");
     let database: (String,) =
@@ -15,9 +21,9 @@ async fn app_role(admin_url: &str) -> String {
     for grant in [
         format!("CREATE ROLE {role} LOGIN PASSWORD 'app-password'"),
         format!("GRANT CONNECT ON DATABASE {} TO {role}", database.0),
-        format!("GRANT USAGE ON SCHEMA public TO {role}"),
-        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
-        format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO {role}"),
+        format!("GRANT USAGE ON SCHEMA \"{schema}\" TO {role}"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO {role}"),
+        format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA \"{schema}\" TO {role}"),
     ] {
         sqlx::query(&grant).execute(&admin).await.unwrap_or_else(|e| panic!("{grant}: {e}"));
     }
@@ -29,7 +35,7 @@ async fn app_role(admin_url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
     let admin_url = fresh_database().await;
-    pglimit::storage::migrate(&admin_url, false, pglimit::storage::Citus::Auto).await.expect("migrate");
+    pglimit::storage::migrate(&admin_url, Reach::default(), false, Citus::Auto).await.expect("migrate");
     let url = app_role(&admin_url).await;
     let conn = sqlx::PgPool::connect(&url).await.expect("the app role connects");
     let create = sqlx::query("CREATE TABLE mine (id int)").execute(&conn).await;
@@ -58,4 +64,31 @@ async fn a_role_that_creates_nothing_on_an_unmigrated_database_is_told_to_run_mi
     let url = app_role(&fresh_database().await).await;
     let error = try_instance(&url, &[]).await.err().expect("refused");
     assert!(error.contains("run `pglimit migrate`"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pglimit_db_schema_keeps_every_object_in_a_schema_of_its_own() {
+    let admin_url = fresh_database().await;
+    let schema = "rate \"limits\"";
+    let reach = Reach { schema: Some(schema.to_owned()), ..Reach::default() };
+    pglimit::storage::migrate(&admin_url, reach, false, Citus::Auto).await.expect("migrate into the schema");
+    let admin = sqlx::PgPool::connect(&admin_url).await.expect("admin");
+    let placed: Vec<(String, String)> = sqlx::query_as(
+        "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relkind = 'r' AND (c.relname LIKE 'pglimit%' OR c.relname = '_sqlx_migrations')",
+    )
+    .fetch_all(&admin)
+    .await
+    .expect("tables");
+    assert!(placed.len() >= 4 && placed.iter().all(|(n, _)| n == schema), "{placed:?}");
+    admin.close().await;
+
+    let url = app_role_in(&admin_url, &schema.replace('"', "\"\"")).await;
+    let app = try_instance(&url, &[("PGLIMIT_DB_SCHEMA", schema)]).await.expect("serve in the schema");
+    let alice = login("alice@example.com", "192.0.2.61");
+    for n in 1..=5 {
+        let reply = check(&app, alice.clone()).await;
+        assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")), "{n}");
+    }
+    assert_eq!(check(&app, alice).await.status, StatusCode::TOO_MANY_REQUESTS);
 }

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod nginx;
+pub mod pgbouncer;
 pub mod process;
 pub mod stoppable;
 
@@ -147,6 +148,11 @@ pub async fn try_instance(url: &str, extra: &[(&str, &str)]) -> Result<AppState,
 /// A Postgres store of its own on `url`, for tests that set the clock or
 /// clean up by hand. No cleanup starts by itself.
 pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
+    pg_store_through(url, pglimit::storage::Reach::default()).await
+}
+
+/// As [`pg_store`], through a pooler or into a schema.
+pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pglimit::storage::PgStore {
     let options = pglimit::storage::PgStoreOptions {
         connections: 2,
         pipeline: 2,
@@ -155,6 +161,7 @@ pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
         cleanup_batch: 1000,
         unlogged: false,
         citus: pglimit::storage::Citus::Auto,
+        reach,
     };
     pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
 }

@@ -10,10 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
-use sqlx::Connection;
 
-use super::citus::Routes;
-use super::session::timed_out;
+use super::session::{timed_out, Session};
 use crate::algorithm::{absorb, State};
 use crate::storage::{Held, Key};
 
@@ -63,11 +61,11 @@ type Row = (Vec<u8>, i64, i64, i64, i64, Vec<i64>, i64);
 /// Folds every held state into its row, a chunk per transaction, each
 /// within `budget`; on failure, returns what was not written.
 pub(super) async fn absorb_all(
+    session: &Session,
     conn: &mut PgConnection,
     mut outage: Vec<Held>,
-    budget: Duration,
-    routes: Option<&Routes>,
 ) -> Result<(), (sqlx::Error, Vec<Held>)> {
+    let (budget, routes): (Duration, _) = (session.hard_limit(), session.routes());
     // In Citus mode a chunk holds one route's buckets only.
     if let Some(routes) = routes {
         outage.sort_by_key(|h| routes.of(&h.key));
@@ -80,7 +78,7 @@ pub(super) async fn absorb_all(
         }
         let rest = outage.split_off(len);
         let route = routes.map(|r| r.of(&outage[0].key));
-        let written = match tokio::time::timeout(budget, absorb_chunk(conn, &outage, route)).await {
+        let written = match tokio::time::timeout(budget, absorb_chunk(session, conn, &outage, route)).await {
             Ok(written) => written,
             Err(_) => Err(timed_out("writing back what memory admitted")),
         };
@@ -94,20 +92,22 @@ pub(super) async fn absorb_all(
 }
 
 async fn absorb_chunk(
+    session: &Session,
     conn: &mut PgConnection,
     chunk: &[Held],
     route: Option<i32>,
 ) -> Result<(), sqlx::Error> {
-    let mut tx = conn.begin().await?;
+    let keep = session.keeps_statements();
+    let mut tx = session.begin(conn).await?;
     let keys: Vec<&[u8]> = chunk.iter().map(|h| &h.key[..]).collect();
     let rows: Vec<Row> = match route {
         None => {
-            sqlx::query(LOCK).bind(&keys).execute(&mut *tx).await?;
-            sqlx::query_as(READ).bind(&keys).fetch_all(&mut *tx).await?
+            sqlx::query(LOCK).persistent(keep).bind(&keys).execute(&mut *tx).await?;
+            sqlx::query_as(READ).persistent(keep).bind(&keys).fetch_all(&mut *tx).await?
         }
         Some(route) => {
-            sqlx::query(LOCK_ROUTE).bind(&keys).bind(route).execute(&mut *tx).await?;
-            sqlx::query_as(READ_ROUTE).bind(&keys).bind(route).fetch_all(&mut *tx).await?
+            sqlx::query(LOCK_ROUTE).persistent(keep).bind(&keys).bind(route).execute(&mut *tx).await?;
+            sqlx::query_as(READ_ROUTE).persistent(keep).bind(&keys).bind(route).fetch_all(&mut *tx).await?
         }
     };
     let now_us = rows.first().map_or(0, |r| r.6);
@@ -116,7 +116,7 @@ async fn absorb_chunk(
         .iter()
         .filter_map(|h| absorb(h.params, stored.get(&h.key), &h.state, now_us).map(|s| (&h.key, s)))
         .collect();
-    write(&mut tx, &merged, route).await?;
+    write(&mut tx, &merged, route, keep).await?;
     tx.commit().await
 }
 
@@ -130,6 +130,7 @@ async fn write(
     conn: &mut PgConnection,
     merged: &[(&Key, State)],
     route: Option<i32>,
+    keep: bool,
 ) -> Result<(), sqlx::Error> {
     let column = |f: fn(&State) -> i64| merged.iter().map(|(_, s)| f(s)).collect::<Vec<i64>>();
     let logs: Vec<Option<String>> = merged
@@ -140,6 +141,7 @@ async fn write(
         })
         .collect();
     let query = sqlx::query(if route.is_some() { WRITE_ROUTE } else { WRITE })
+        .persistent(keep)
         .bind(merged.iter().map(|(k, _)| &k[..]).collect::<Vec<_>>())
         .bind(column(|s| s.count as i64))
         .bind(column(|s| s.prev as i64))

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
-use sqlx::Connection;
 use tokio::sync::Mutex;
 
 use super::listener::{payload, CHANNEL};
@@ -69,12 +68,12 @@ impl ActionConn {
 
     pub async fn reset(&self, session: &Session, keys: &[Key]) -> Result<(), StoreError> {
         let keys = keys.to_vec();
-        self.transaction(session, move |tx| {
+        self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 for statement in RESET {
-                    sqlx::query(statement).bind(raw(&keys)).execute(&mut *tx).await?;
+                    sqlx::query(statement).persistent(keep).bind(raw(&keys)).execute(&mut *tx).await?;
                 }
-                announce(tx, &keys).await
+                announce(tx, &keys, keep).await
             })
         })
         .await
@@ -92,10 +91,11 @@ impl ActionConn {
             session.routes().map(|r| targets.iter().map(|t| r.of(&t.key)).collect());
         let (ms, reason) =
             (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
-        self.transaction(session, move |tx| {
+        self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
                 let query = sqlx::query_as(if routes.is_some() { BLOCK_ROUTED } else { BLOCK })
+                    .persistent(keep)
                     .bind(raw(&keys))
                     .bind(ms)
                     .bind(targets.iter().map(|t| t.policy.to_string()).collect::<Vec<_>>())
@@ -105,7 +105,7 @@ impl ActionConn {
                     None => query.fetch_all(&mut *tx).await?,
                     Some(routes) => query.bind(routes).fetch_all(&mut *tx).await?,
                 };
-                announce(tx, &keys).await?;
+                announce(tx, &keys, keep).await?;
                 Ok(ends.into_iter().map(|(until,)| until).max().unwrap_or_else(Utc::now))
             })
         })
@@ -114,10 +114,15 @@ impl ActionConn {
 
     pub async fn unblock(&self, session: &Session, keys: &[Key]) -> Result<u64, StoreError> {
         let keys = keys.to_vec();
-        self.transaction(session, move |tx| {
+        self.transaction(session, move |tx, keep| {
             Box::pin(async move {
-                let lifted = sqlx::query(UNBLOCK).bind(raw(&keys)).execute(&mut *tx).await?.rows_affected();
-                announce(tx, &keys).await?;
+                let lifted = sqlx::query(UNBLOCK)
+                    .persistent(keep)
+                    .bind(raw(&keys))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                announce(tx, &keys, keep).await?;
                 Ok(lifted)
             })
         })
@@ -125,10 +130,10 @@ impl ActionConn {
     }
 
     pub async fn list(&self, session: &Session, limit: u32) -> Result<Vec<Block>, StoreError> {
-        self.transaction(session, move |tx| {
+        self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 let rows: Vec<BlockRow> =
-                    sqlx::query_as(LIST).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
+                    sqlx::query_as(LIST).persistent(keep).bind(i64::from(limit)).fetch_all(&mut *tx).await?;
                 Ok(rows.into_iter().filter_map(block).collect())
             })
         })
@@ -139,7 +144,7 @@ impl ActionConn {
     /// session's hard limit; the connection is dropped after any failure.
     async fn transaction<T, F>(&self, session: &Session, work: F) -> Result<T, StoreError>
     where
-        F: for<'c> FnOnce(&'c mut PgConnection) -> Work<'c, T> + Send,
+        F: for<'c> FnOnce(&'c mut PgConnection, bool) -> Work<'c, T> + Send,
         T: Send,
     {
         let mut slot = self.0.lock().await;
@@ -148,8 +153,8 @@ impl ActionConn {
                 Some(conn) => conn,
                 None => slot.insert(session.open().await?),
             };
-            let mut tx = conn.begin().await?;
-            let done = work(&mut tx).await?;
+            let mut tx = session.begin(conn).await?;
+            let done = work(&mut tx, session.keeps_statements()).await?;
             tx.commit().await?;
             Ok::<T, sqlx::Error>(done)
         };
@@ -166,9 +171,10 @@ impl ActionConn {
 
 /// Bumps the generation and notifies, in the action's transaction: the
 /// notification is delivered on commit, and only then.
-async fn announce(tx: &mut PgConnection, keys: &[Key]) -> Result<(), sqlx::Error> {
-    let (generation,): (i64,) = sqlx::query_as(BUMP).fetch_one(&mut *tx).await?;
-    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload(generation, keys)).execute(tx).await?;
+async fn announce(tx: &mut PgConnection, keys: &[Key], keep: bool) -> Result<(), sqlx::Error> {
+    let (generation,): (i64,) = sqlx::query_as(BUMP).persistent(keep).fetch_one(&mut *tx).await?;
+    let notify = sqlx::query("SELECT pg_notify($1, $2)").persistent(keep);
+    notify.bind(CHANNEL).bind(payload(generation, keys)).execute(tx).await?;
     Ok(())
 }
 

@@ -72,7 +72,7 @@ async fn run(
     };
     let work = async {
         match (session.routes(), tasks.first().is_none_or(|t| t.is_check())) {
-            (None, true) => statements::decide(conn, batches, now).await,
+            (None, true) => statements::decide(conn, batches, now, session.per_transaction()).await,
             (Some(routes), true) => citus::decide(conn, routes, batches, now).await,
             (Some(routes), false) => refund(conn, routes, batches, tasks).await,
             (None, false) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),

@@ -77,7 +77,7 @@ impl Cleanup {
             None => slot.insert(session.open().await?),
         };
         let deleted = match session.routes() {
-            None => self.delete(conn).await,
+            None => self.delete(session, conn).await,
             Some(routes) => {
                 let route = routes.all()[self.runs.fetch_add(1, Ordering::Relaxed) % routes.all().len()];
                 let deleted: Result<(i64,), _> =
@@ -91,11 +91,14 @@ impl Cleanup {
         deleted
     }
 
-    async fn delete(&self, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    async fn delete(&self, session: &Session, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
         let mut deleted = 0;
+        let mut tx = session.begin(conn).await?;
         for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
-            deleted += sqlx::query(statement).bind(self.batch).execute(&mut *conn).await?.rows_affected();
+            let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(self.batch);
+            deleted += delete.execute(&mut *tx).await?.rows_affected();
         }
+        tx.commit().await?;
         Ok(deleted)
     }
 }

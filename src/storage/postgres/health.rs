@@ -145,13 +145,26 @@ impl Health {
             Some(conn) => conn,
             None => slot.insert(session.open().await?),
         };
-        let alive_ms = ALIVE_FOR.as_millis() as i64;
-        let beat =
-            sqlx::query_as::<_, (i64, i64)>(BEAT).bind(&self.id[..]).bind(alive_ms).fetch_one(conn).await;
-        let (others, generation) = beat.inspect_err(|_| *slot = None)?;
+        let (others, generation) =
+            Self::beat_on(session, conn, &self.id).await.inspect_err(|_| *slot = None)?;
         self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
         heard.read(generation.max(0) as u64);
         Ok(())
+    }
+}
+
+impl Health {
+    async fn beat_on(
+        session: &Session,
+        conn: &mut PgConnection,
+        id: &[u8],
+    ) -> Result<(i64, i64), sqlx::Error> {
+        let alive_ms = ALIVE_FOR.as_millis() as i64;
+        let mut tx = session.begin(conn).await?;
+        let beat = sqlx::query_as(BEAT).persistent(session.keeps_statements()).bind(id).bind(alive_ms);
+        let row = beat.fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
     }
 }
 

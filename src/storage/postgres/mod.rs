@@ -18,6 +18,8 @@ mod cleanup;
 mod health;
 mod lane;
 mod listener;
+mod literal;
+mod pooler;
 mod schema;
 mod session;
 mod statements;
@@ -40,8 +42,9 @@ use cleanup::Cleanup;
 use health::Health;
 use lane::{lane, Job, Task};
 use listener::Heard;
-pub use session::migrate;
+pub use pooler::Pooler;
 use session::{classify, Session};
+pub use session::{migrate, Reach};
 
 /// How the Postgres store connects and cleans up.
 #[derive(Debug, Clone)]
@@ -62,6 +65,20 @@ pub struct PgStoreOptions {
     pub unlogged: bool,
     /// Whether to distribute the counters over a Citus cluster.
     pub citus: Citus,
+    /// Through which pooler, and into which schema.
+    pub reach: Reach,
+}
+
+/// Connections an instance keeps besides its `connections` for checks: the
+/// health pings', the heartbeat's, the cleanup's, the actions' and, unless
+/// behind a transaction pooler, the listener's. Writing back after an
+/// outage opens one more for as long as it takes.
+pub fn kept_connections(pooler: Pooler) -> u32 {
+    if pooler == Pooler::Transaction {
+        4
+    } else {
+        5
+    }
 }
 
 /// A handle on the lanes; cheap to clone. The lanes stop when the last
@@ -87,7 +104,8 @@ struct LaneHandle {
 impl PgStore {
     /// Connects, applies the migrations, and starts the lanes.
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self, sqlx::Error> {
-        let session = Arc::new(Session::new(url, options.longest_wait)?);
+        let listen = options.reach.pooler != Pooler::Transaction;
+        let session = Arc::new(Session::new(url, options.longest_wait, options.reach)?);
         session.prepare(options.unlogged, options.citus).await?;
         // Connect every lane, and the health connection, now and together:
         // a burst on a cold start would otherwise queue behind a storm of
@@ -109,7 +127,11 @@ impl PgStore {
         let heard = Arc::new(Heard::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));
         let (listening, closed) = watch::channel(());
-        listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
+        // Behind a transaction pooler a LISTEN would end with its transaction:
+        // actions reach this instance through the heartbeat's generation read.
+        if listen {
+            listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
+        }
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
         Ok(Self { lanes, session, cleanup, health, actions, heard, _listening })
     }
@@ -306,8 +328,7 @@ impl Primary for PgStore {
             Ok(conn) => conn,
             Err(e) => return Err(Unabsorbed { error: classify(e), left: outage }),
         };
-        let result =
-            absorb::absorb_all(&mut conn, outage, self.session.hard_limit(), self.session.routes()).await;
+        let result = absorb::absorb_all(&self.session, &mut conn, outage).await;
         let _ = conn.close().await;
         result.map_err(|(e, left)| Unabsorbed { error: classify(e), left })
     }

@@ -3,21 +3,39 @@
 //! role that may use pglimit's objects but create nothing, once a
 //! privileged role has run `pglimit migrate`.
 
+use std::sync::LazyLock;
+
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::PgConnection;
 
 use super::session::is_sqlstate;
 
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+/// Without sqlx's own lock: [`bring_up_to_date`] takes one that a pooler cannot strand.
+static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.set_locking(false);
+    migrator
+});
 
-/// Applies the migrations this build has and the database lacks. A current
-/// schema is only read (`_sqlx_migrations`), which needs no privilege to
-/// create anything; migrating does.
-pub(super) async fn bring_up_to_date(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    if is_current(conn).await? {
+/// A key for `pg_advisory_xact_lock`: one instance migrates at a time.
+const MIGRATING: i64 = 0x0070_676c_696d_6974; // "pglimit"
+
+/// Applies the migrations this build has and the database lacks, in the
+/// caller's transaction. A current schema is only read (`_sqlx_migrations`),
+/// which needs no privilege to create anything; migrating does.
+///
+/// The lock is the transaction's, not the session's (which sqlx's migrator
+/// would take): a transaction pooler may run the unlock on another server
+/// connection and leave the lock held.
+pub(super) async fn bring_up_to_date(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    if is_current(tx).await? {
         return Ok(());
     }
-    MIGRATOR.run(conn).await.map_err(explain)
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATING).execute(&mut *tx).await?;
+    if is_current(tx).await? {
+        return Ok(()); // another instance migrated while this one waited
+    }
+    MIGRATOR.run(tx).await.map_err(explain)
 }
 
 /// Every migration of this build is applied, unchanged (the same checksum).

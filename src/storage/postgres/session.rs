@@ -6,9 +6,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::Connection;
+use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use super::citus::{self, Citus, Routes};
+use super::pooler::{quote_ident, Pooler, Settings};
 use crate::storage::StoreError;
 
 /// Everything needed to open a configured connection, shared by the lanes,
@@ -23,18 +24,55 @@ pub(super) struct Session {
     routes: OnceLock<Routes>,
     /// `connect` without TLS, once a handshake failed under `sslmode=prefer`.
     plaintext: OnceLock<PgConnectOptions>,
+    pooler: Pooler,
+    settings: Settings,
+    /// `PGLIMIT_DB_SCHEMA`: where pglimit's objects are; `None`: the role's search path.
+    schema: Option<String>,
+}
+
+/// How to reach Postgres, besides the URL.
+#[derive(Debug, Clone, Default)]
+pub struct Reach {
+    pub pooler: Pooler,
+    pub schema: Option<String>,
 }
 
 impl Session {
     /// `longest_wait` is the longest any caller waits for an answer; every
     /// server-side limit ends before it.
-    pub fn new(url: &str, longest_wait: Duration) -> Result<Self, sqlx::Error> {
-        let connect = with_settings(super::tls::connect_options(url)?, longest_wait);
+    pub fn new(url: &str, longest_wait: Duration, reach: Reach) -> Result<Self, sqlx::Error> {
+        let connect = super::tls::connect_options(url)?;
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
         let (generation, routes, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
-        Ok(Self { connect, hard_limit, generation, routes, plaintext })
+        let settings = Settings::new(longest_wait, reach.schema.as_deref());
+        let (pooler, schema) = (reach.pooler, reach.schema);
+        Ok(Self { connect, hard_limit, generation, routes, plaintext, pooler, settings, schema })
+    }
+
+    /// Whether a statement may stay prepared on its connection: not behind
+    /// a transaction pooler, where the next transaction may run on another
+    /// server connection.
+    pub fn keeps_statements(&self) -> bool {
+        self.pooler != Pooler::Transaction
+    }
+
+    /// Behind a transaction pooler, the `SET LOCAL` statements each
+    /// transaction starts with; `None` when the connection keeps them.
+    pub fn per_transaction(&self) -> Option<&str> {
+        (self.pooler == Pooler::Transaction).then(|| self.settings.for_transaction())
+    }
+
+    /// A transaction on `conn`, under the settings.
+    pub async fn begin<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+    ) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
+        match self.per_transaction() {
+            Some(settings) => conn.begin_with(format!("BEGIN; {settings}")).await,
+            None => conn.begin().await,
+        }
     }
 
     /// How connections are opened, for connections managed elsewhere (the listener's).
@@ -49,6 +87,9 @@ impl Session {
     pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
         let open = async {
             let mut conn = self.connect().await?;
+            if self.pooler != Pooler::Transaction {
+                conn.execute(self.settings.for_session()).await?;
+            }
             if self.routes.get().is_some() {
                 // Citus delegates a call to the worker of its route only when
                 // it sees the route's value: a generic plan has a parameter.
@@ -94,15 +135,42 @@ impl Session {
     /// Citus cluster, the distribution of the tables.
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
         let mut conn = self.open().await.map_err(|e| super::tls::explain(e, &self.connect))?;
-        let (version,): (i32,) =
-            sqlx::query_as("SELECT current_setting('server_version_num')::int").fetch_one(&mut conn).await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let (version,): (i32,) = sqlx::query_as("SELECT current_setting('server_version_num')::int")
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
         supported(version).map_err(|e| sqlx::Error::Configuration(e.into()))?;
-        super::schema::bring_up_to_date(&mut conn).await?;
-        set_persistence(&mut conn, unlogged).await?;
+        if let Some(schema) = &self.schema {
+            create_schema(&mut tx, schema).await?;
+        }
+        super::schema::bring_up_to_date(&mut tx).await?;
+        set_persistence(&mut tx, unlogged).await?;
+        // The migrator prepares named statements: none may outlive the
+        // transaction on a server connection a pooler hands to others.
+        tx.clear_cached_statements().await?;
+        tx.commit().await?;
         if let Some(routes) = citus::setup(&mut conn, citus).await? {
+            self.refuse_with_citus()?;
             let _ = self.routes.set(routes);
         }
         conn.close().await
+    }
+
+    /// What Citus mode does not support yet.
+    fn refuse_with_citus(&self) -> Result<(), sqlx::Error> {
+        let refused = match (self.pooler, &self.schema) {
+            (Pooler::Transaction, _) => {
+                "PGLIMIT_DB_POOLER=transaction: Citus mode needs a direct \
+                or session-pooled connection to the coordinator"
+            }
+            (_, Some(_)) => {
+                "PGLIMIT_DB_SCHEMA: Citus mode keeps its objects in the search path's schema; \
+                unset PGLIMIT_DB_SCHEMA"
+            }
+            _ => return Ok(()),
+        };
+        Err(sqlx::Error::Configuration(refused.into()))
     }
 
     /// The routes of Citus mode; `None` on a single node.
@@ -114,9 +182,24 @@ impl Session {
 /// Applies the migrations, the table persistence and the Citus distribution
 /// to the database at `url`, then disconnects: for deploy pipelines that
 /// migrate before rolling out.
-pub async fn migrate(url: &str, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
+pub async fn migrate(url: &str, reach: Reach, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
     // A one-off command can afford to wait, e.g. behind another instance's migration.
-    Session::new(url, Duration::from_secs(30))?.prepare(unlogged, citus).await
+    Session::new(url, Duration::from_secs(30), reach)?.prepare(unlogged, citus).await
+}
+
+/// Creates the configured schema if it is missing (which takes the right
+/// to create in the database; a schema that exists needs no right).
+async fn create_schema(conn: &mut PgConnection, schema: &str) -> Result<(), sqlx::Error> {
+    let (exists,): (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(schema)
+        .persistent(false)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        tracing::info!(schema, "creating PGLIMIT_DB_SCHEMA");
+        conn.execute(&*format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))).await?;
+    }
+    Ok(())
 }
 
 /// The oldest PostgreSQL pglimit runs on; the newest tested is 18
@@ -136,34 +219,6 @@ fn supported(version_num: i32) -> Result<(), String> {
     ))
 }
 
-/// Read committed whatever the database default (each statement must see
-/// the latest committed rows), and server-side limits so that a row lock
-/// held by some stuck transaction fails the batch instead of holding a lane
-/// for ever. Both limits end before the caller gives up: a wait for a hot
-/// row is normal under load and must not fail checks early, but a statement
-/// must be over before its caller is answered from memory, or it could
-/// commit a count for that check too.
-fn with_settings(connect: PgConnectOptions, longest_wait: Duration) -> PgConnectOptions {
-    let limit_ms = (longest_wait.as_millis() * 9 / 10).to_string();
-    connect.options([
-        ("default_transaction_isolation", "read\\ committed".to_string()),
-        // The statements take arrays whose sizes vary, so one generic plan
-        // serves them all without re-planning. But it is planned once, from
-        // the statistics of that moment: planned on an empty table it would
-        // scan the table for ever after. No statement here wants a
-        // sequential scan of the counters, so rule them out.
-        ("plan_cache_mode", "force_generic_plan".to_string()),
-        ("enable_seqscan", "off".to_string()),
-        // A plan that must scan a table anyway (the heartbeat's few rows)
-        // costs more than `enable_seqscan = off` can add, which would start
-        // the JIT compiler on every run: tens of milliseconds of CPU for a
-        // statement of a few rows (docs/performance.md).
-        ("jit", "off".to_string()),
-        ("lock_timeout", limit_ms.clone()),
-        ("statement_timeout", limit_ms),
-    ])
-}
-
 /// Makes the counters table UNLOGGED or logged as configured. UNLOGGED
 /// skips the write-ahead log: writes are cheaper, but PostgreSQL empties the
 /// table after a crash and does not replicate it.
@@ -178,6 +233,7 @@ async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), 
         "SELECT relpersistence::\"char\", NOT EXISTS (SELECT 1 FROM pglimit_buckets)
          FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
     )
+    .persistent(false)
     .fetch_one(&mut *conn)
     .await?;
     if (persistence as u8 == b'u') == unlogged {
@@ -194,7 +250,7 @@ async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), 
         return Err(sqlx::Error::Configuration(msg.into()));
     }
     tracing::info!(to, "setting the (empty) counters table's persistence from PGLIMIT_UNLOGGED");
-    sqlx::query(&alter).execute(&mut *conn).await?;
+    conn.execute(&*alter).await?;
     Ok(())
 }
 
@@ -202,7 +258,9 @@ async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), 
 /// answers `SELECT 1` but cannot count a check, so it is gone for pglimit.
 pub(super) async fn ping_writable(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     let writable = "SELECT NOT (pg_is_in_recovery() OR current_setting('transaction_read_only')::bool)";
-    let (writable,): (bool,) = sqlx::query_as(writable).fetch_one(conn).await?;
+    // One simple-protocol message: no statement is prepared, so it serves behind any pooler.
+    let row = conn.fetch_one(writable).await?;
+    let writable: bool = sqlx::Row::try_get(&row, 0)?;
     if writable {
         return Ok(());
     }

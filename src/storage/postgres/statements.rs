@@ -6,8 +6,9 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
+use sqlx::{Executor, FromRow};
 
-use super::upsert;
+use super::{literal, upsert};
 use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 use crate::telemetry;
 
@@ -42,12 +43,21 @@ pub(super) struct Row {
 
 /// Decides `batches` in one call, at `now` (`None`: the database's clock),
 /// and returns one answer per batch, in order.
+///
+/// `per_transaction`: behind a transaction pooler, the settings each
+/// transaction starts with (see [`check_batch_simple`]).
 pub(super) async fn decide(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
+    per_transaction: Option<&str>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let distinct = keys_distinct(batches);
+    if let Some(settings) = per_transaction {
+        let mut rows = check_batch_simple(conn, settings, batches, now, distinct).await?;
+        rows.sort_by_key(|r| r.o_pos);
+        return split(batches, rows);
+    }
     let mut rows = match upsert::road(batches, distinct) {
         Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
@@ -102,26 +112,75 @@ async fn check_batch(
     now: Option<DateTime<Utc>>,
     route: Route<'_>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let buckets = || buckets_of(batches);
-    let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
+    let p = Params::of(batches, now);
     let query = sqlx::query_as(match route {
         Route::Any => CHECK_BATCH,
         Route::Distinct => CHECK_DISTINCT,
         Route::Node(..) => CHECK_NODE,
     });
     let query = query
-        .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| b.key.as_slice()).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| to_i64(b.limit)).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| b.algorithm.code()).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| block_for(b)).collect::<Vec<_>>())
-        .bind(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect::<Vec<_>>())
-        .bind(now);
+        .bind(p.positions)
+        .bind(p.keys)
+        .bind(p.limits)
+        .bind(p.windows_ms)
+        .bind(p.algorithms)
+        .bind(p.costs)
+        .bind(p.block_for_ms)
+        .bind(p.lockouts)
+        .bind(p.now);
     match route {
         Route::Node(route, routes) => query.bind(route).bind(routes).fetch_all(conn).await,
         Route::Any | Route::Distinct => query.fetch_all(conn).await,
+    }
+}
+
+/// Behind a transaction pooler: the batch function called in one
+/// simple-protocol message that starts with the settings (`SET LOCAL`), so
+/// nothing is prepared and the settings hold for this call whichever server
+/// connection runs it. Costs a parse of the call each time.
+async fn check_batch_simple(
+    conn: &mut PgConnection,
+    settings: &str,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+    distinct: bool,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let function = if distinct { "pglimit_check_distinct" } else { "pglimit_check_batch" };
+    let call = literal::call(settings, function, &Params::of(batches, now));
+    let rows = conn.fetch_all(&*call).await?;
+    rows.iter().map(Row::from_row).collect()
+}
+
+/// The batch functions' parameters, one array per column, a value per bucket.
+pub(super) struct Params<'a> {
+    pub positions: Vec<i32>,
+    pub keys: Vec<&'a [u8]>,
+    pub limits: Vec<i64>,
+    pub windows_ms: Vec<i64>,
+    pub algorithms: Vec<i16>,
+    pub costs: Vec<i64>,
+    /// A lockout's block time; 0 for a bucket without a lockout.
+    pub block_for_ms: Vec<i64>,
+    pub lockouts: Vec<Option<&'a str>>,
+    /// `None`: the database's clock.
+    pub now: Option<DateTime<Utc>>,
+}
+
+impl<'a> Params<'a> {
+    fn of(batches: &'a [&'a CheckBatch], now: Option<DateTime<Utc>>) -> Self {
+        let buckets = || buckets_of(batches);
+        let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
+        Self {
+            positions: buckets().map(|(i, _, _)| i as i32).collect(),
+            keys: buckets().map(|(_, _, b)| b.key.as_slice()).collect(),
+            limits: buckets().map(|(_, _, b)| to_i64(b.limit)).collect(),
+            windows_ms: buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect(),
+            algorithms: buckets().map(|(_, _, b)| b.algorithm.code()).collect(),
+            costs: buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect(),
+            block_for_ms: buckets().map(|(_, _, b)| block_for(b)).collect(),
+            lockouts: buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect(),
+            now,
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
-use sqlx::Connection;
+use sqlx::{Connection, Executor};
 
 use super::statements;
 use crate::storage::{Answer, CheckBatch, Key};
@@ -110,10 +110,10 @@ fn moved(e: &sqlx::Error) -> bool {
 /// distributes the tables if no instance did yet, (re)creates the
 /// functions, and returns the routes.
 pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Option<Routes>, sqlx::Error> {
-    let (installed,): (bool,) =
-        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
-            .fetch_one(&mut *conn)
-            .await?;
+    // A simple-protocol query prepares nothing, so it is safe behind any pooler.
+    let installed =
+        conn.fetch_one("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").await?;
+    let installed: bool = sqlx::Row::try_get(&installed, 0)?;
     match (wanted, installed) {
         (Citus::Off, _) | (Citus::Auto, false) => return Ok(None),
         (Citus::On, false) => {
