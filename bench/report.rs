@@ -33,6 +33,8 @@ mod curve;
 mod phases;
 #[path = "report/policies.rs"]
 mod policies;
+#[path = "report/pooler.rs"]
+mod pooler;
 #[path = "report/proxies.rs"]
 mod proxies;
 #[path = "report/slow.rs"]
@@ -64,6 +66,7 @@ const ACTIONS_SCENARIOS: [&str; 3] = ["allow-random", "allow-policy", "deny"];
 /// pglimit, at any revision or setting: its probes must be decided by Postgres.
 fn is_pglimit(system: &str) -> bool {
     matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
+        || pooler::SYSTEMS.contains(&system)
 }
 
 const SCENARIOS: [(&str, &str); 15] = [
@@ -91,7 +94,7 @@ const SCENARIOS: [(&str, &str); 15] = [
 /// The deny path while one client resets other keys (bench/scenarios.sh's
 /// run_deny_resets), whose rate the check column gives.
 const RESETS_SCENARIO: &str = "deny-resets";
-const SYSTEMS: [(&str, &str); 9] = [
+const SYSTEMS: [(&str, &str); 11] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
@@ -100,6 +103,9 @@ const SYSTEMS: [(&str, &str); 9] = [
     // The same binary with overrides and blocks that never apply, measured
     // right after pglimit-nometrics, in ACTIONS_SCENARIOS only.
     ("pglimit-actions", "pglimit, blocks and overrides"),
+    // Behind PgBouncer, in allow-random, allow-login and deny (pooler.rs).
+    ("pglimit-session", "pglimit behind PgBouncer (session)"),
+    ("pglimit-transaction", "pglimit behind PgBouncer (transaction)"),
     // Only with BENCH_BASELINE; its label names the revision (see `table`).
     ("baseline", "pglimit (baseline)"),
     ("rlflex", "rate-limiter-flexible (Node, pg)"),
@@ -489,6 +495,7 @@ fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String> {
         .map(str::to_string)
         .collect();
     missing.extend(proxies::missing(records));
+    missing.extend(pooler::missing(records));
     missing.extend(policies::missing(records));
     missing.extend(curve::missing(records, meta));
     let twins =
@@ -1002,6 +1009,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             String::new(),
         ]);
     }
+    if let Some(table) = pooler::against_direct(records) {
+        lines.extend([pooler::INTRO.to_string(), String::new(), table, String::new()]);
+    }
     if let Some(table) = proxies::against_check(records) {
         lines.extend([proxies::INTRO.to_string(), String::new(), table, String::new()]);
     }
@@ -1090,6 +1100,9 @@ fn render(records: &[Record], meta: &HashMap<String, String>) -> String {
             js_number(ACTIONS_BUDGET_PERCENT)
         )
         .expect("a String");
+    }
+    if records.iter().any(|r| pooler::SYSTEMS.contains(&r.system.as_str())) {
+        writeln!(report, "{}", pooler::HOW_TO_READ).expect("a String");
     }
     if records.iter().any(|r| proxies::SCENARIOS.contains(&r.scenario.as_str())) {
         writeln!(report, "{}", proxies::HOW_TO_READ).expect("a String");
