@@ -198,3 +198,32 @@ async fn behind_a_transaction_pooler_an_outage_of_the_server_is_survived_and_wri
     let replies = all_at_once(std::slice::from_ref(&app), body, 5).await;
     assert_eq!(admitted_from_postgres(&replies), 2, "5 - 3 admitted from memory");
 }
+
+/// A lockout (a bucket with `block_for`) is written by the batch function,
+/// with the bucket's name among its values: the second check starts it, and
+/// a second instance, which remembers nothing, is refused by Postgres.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_a_lockout_is_kept_by_postgres() {
+    let _serial = SERIAL.lock().await;
+    let (_bouncer, _, pooled) = behind(Mode::Transaction).await;
+    let file = common::policy_file(
+        "[policies.otp]\nidentifiers = { user = \"text\" }\n[[policies.otp.buckets]]\n\
+         name = \"user\"\non = [\"user\"]\nlimit = 1\nwindow = \"1h\"\nblock_for = \"2h\"\n",
+    );
+    let env = [("PGLIMIT_POLICIES", file.to_str().expect("a UTF-8 path"))];
+    let (a, b) = (
+        pooled_instance(&pooled, Mode::Transaction, &env).await,
+        pooled_instance(&pooled, Mode::Transaction, &env).await,
+    );
+    let otp = json!({ "policy": "otp", "identifiers": { "user": unique("u") } });
+    assert_eq!(check(&a, otp.clone()).await.status, StatusCode::OK);
+    let denied = check(&a, otp.clone()).await;
+    assert_eq!((denied.status, &denied.body["blocked_by"]), (StatusCode::TOO_MANY_REQUESTS, &json!("user")));
+    let elsewhere = check(&b, otp).await;
+    assert_eq!(elsewhere.body["store"], "postgres", "{}", elsewhere.body);
+    assert!(
+        elsewhere.body["retry_after_s"].as_u64().unwrap_or(0) > 3600,
+        "the 2 h lockout: {}",
+        elsewhere.body
+    );
+}

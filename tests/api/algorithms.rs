@@ -8,7 +8,7 @@ use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Pooler, Reach};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -33,11 +33,27 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
 /// store sends these checks (no key twice) to `pglimit_check_distinct` or
 /// the plain upsert; `batch_functions.rs` holds `pglimit_check_batch` to
 /// the same answers.
+/// Each statement path replayed once bound and prepared, and once written
+/// out as behind a transaction pooler (`PGLIMIT_DB_POOLER=transaction`).
+const POOLERS: [Pooler; 2] = [Pooler::None, Pooler::Transaction];
+
+/// A store of its own on a fresh database, its statements sent as `pooler` has them sent.
+async fn store_sent_as(pooler: Pooler) -> (String, pglimit::storage::PgStore) {
+    let url = fresh_database().await;
+    let pg = crate::common::pg_store_through(&url, Reach { pooler, schema: None }).await;
+    crate::common::forbid_retries_with_locks(&url).await;
+    (url, pg)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
-    let url = fresh_database().await;
-    let pg = crate::common::pg_store(&url).await;
-    crate::common::forbid_retries_with_locks(&url).await;
+    for pooler in POOLERS {
+        replay_random_traces(pooler).await;
+    }
+}
+
+async fn replay_random_traces(pooler: Pooler) {
+    let (_, pg) = store_sent_as(pooler).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().unwrap();
     for round in 0..16 {
@@ -65,7 +81,10 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
                     .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
             for (i, s) in specs.iter().enumerate() {
                 let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
-                let at = format!("round {round} step {step} bucket {i} ({:?}, cost {cost})", s.algorithm);
+                let at = format!(
+                    "{pooler:?}: round {round} step {step} bucket {i} ({:?}, cost {cost})",
+                    s.algorithm
+                );
                 assert_eq!(got.buckets[i].allowed, want.allowed, "allowed, {at}");
                 assert_eq!(got.buckets[i].remaining, want.remaining, "remaining, {at}");
                 assert_eq!(got.buckets[i].reset_at.timestamp_micros(), want.full_us, "reset_at, {at}");
@@ -90,11 +109,15 @@ async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
 /// multiple), never end before it: the cleanup would forget what limits.
 #[tokio::test]
 async fn the_plain_upsert_decides_exactly_as_the_model() {
-    let url = fresh_database().await;
-    let pg = crate::common::pg_store(&url).await;
+    for pooler in POOLERS {
+        replay_plain_upserts(pooler).await;
+    }
+}
+
+async fn replay_plain_upserts(pooler: Pooler) {
+    let (url, pg) = store_sent_as(pooler).await;
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let ends = "SELECT pglimit_us(expires_at) FROM pglimit_buckets WHERE key = $1";
-    crate::common::forbid_retries_with_locks(&url).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
     for round in 0..16 {
@@ -113,7 +136,10 @@ async fn the_plain_upsert_decides_exactly_as_the_model() {
             let batch = CheckBatch { buckets: vec![s.clone()], cost, fallback: MemoryFallback::Refuse };
             let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
             let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), cost > 0);
-            let at = format!("round {round} step {step} ({algorithm:?}, cost {cost}, limit {})", s.limit);
+            let at = format!(
+                "{pooler:?}: round {round} step {step} ({algorithm:?}, cost {cost}, limit {})",
+                s.limit
+            );
             assert_eq!(got.allowed, want.allowed, "allowed, {at}");
             if want.allowed {
                 assert_eq!(got.remaining, want.remaining, "remaining, {at}");

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use sqlx::{Executor, FromRow};
 
-use super::{literal, upsert};
+use super::literal::{self, Arg};
+use super::upsert;
 use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
 use crate::telemetry;
 
@@ -45,7 +46,8 @@ pub(super) struct Row {
 /// and returns one answer per batch, in order.
 ///
 /// `per_transaction`: behind a transaction pooler, the settings each
-/// transaction starts with (see [`check_batch_simple`]).
+/// transaction starts with; the statement then travels with its values
+/// written out ([`fetch_rows`]).
 pub(super) async fn decide(
     conn: &mut PgConnection,
     batches: &[&CheckBatch],
@@ -53,24 +55,20 @@ pub(super) async fn decide(
     per_transaction: Option<&str>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let distinct = keys_distinct(batches);
-    if let Some(settings) = per_transaction {
-        let mut rows = check_batch_simple(conn, settings, batches, now, distinct).await?;
-        rows.sort_by_key(|r| r.o_pos);
-        return split(batches, rows);
-    }
+    let via = per_transaction;
     let mut rows = match upsert::road(batches, distinct) {
-        Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
+        Some(road) => match upsert::run(&mut *conn, road, batches, now, via).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
                 tracing::debug!(
                     "a bucket's row changed under the upsert; deciding its batch again with locks"
                 );
                 telemetry::upsert_retried();
-                check_batch(conn, batches, now, Route::Distinct).await?
+                check_batch(conn, batches, now, Route::Distinct, via).await?
             }
             rows => rows?,
         },
-        None if distinct => check_batch(conn, batches, now, Route::Distinct).await?,
-        None => check_batch(conn, batches, now, Route::Any).await?,
+        None if distinct => check_batch(conn, batches, now, Route::Distinct, via).await?,
+        None => check_batch(conn, batches, now, Route::Any, via).await?,
     };
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
@@ -85,7 +83,7 @@ pub(super) async fn decide_on_node(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut rows = check_batch(conn, batches, now, Route::Node(route, routes)).await?;
+    let mut rows = check_batch(conn, batches, now, Route::Node(route, routes), None).await?;
     rows.sort_by_key(|r| r.o_pos);
     split(batches, rows)
 }
@@ -111,77 +109,50 @@ async fn check_batch(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
     route: Route<'_>,
+    per_transaction: Option<&str>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let p = Params::of(batches, now);
-    let query = sqlx::query_as(match route {
+    let buckets = || buckets_of(batches);
+    let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
+    let mut args = vec![
+        Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect()),
+        Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect()),
+        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect()),
+        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect()),
+        Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect()),
+        Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect()),
+        Arg::Bigints(buckets().map(|(_, _, b)| block_for(b)).collect()),
+        Arg::Texts(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect()),
+        Arg::Clock(now),
+    ];
+    let sql = match route {
         Route::Any => CHECK_BATCH,
         Route::Distinct => CHECK_DISTINCT,
-        Route::Node(..) => CHECK_NODE,
-    });
-    let query = query
-        .bind(p.positions)
-        .bind(p.keys)
-        .bind(p.limits)
-        .bind(p.windows_ms)
-        .bind(p.algorithms)
-        .bind(p.costs)
-        .bind(p.block_for_ms)
-        .bind(p.lockouts)
-        .bind(p.now);
-    match route {
-        Route::Node(route, routes) => query.bind(route).bind(routes).fetch_all(conn).await,
-        Route::Any | Route::Distinct => query.fetch_all(conn).await,
-    }
-}
-
-/// Behind a transaction pooler: the batch function called in one
-/// simple-protocol message that starts with the settings (`SET LOCAL`), so
-/// nothing is prepared and the settings hold for this call whichever server
-/// connection runs it. Costs a parse of the call each time.
-async fn check_batch_simple(
-    conn: &mut PgConnection,
-    settings: &str,
-    batches: &[&CheckBatch],
-    now: Option<DateTime<Utc>>,
-    distinct: bool,
-) -> Result<Vec<Row>, sqlx::Error> {
-    let function = if distinct { "pglimit_check_distinct" } else { "pglimit_check_batch" };
-    let call = literal::call(settings, function, &Params::of(batches, now));
-    let rows = conn.fetch_all(&*call).await?;
-    rows.iter().map(Row::from_row).collect()
-}
-
-/// The batch functions' parameters, one array per column, a value per bucket.
-pub(super) struct Params<'a> {
-    pub positions: Vec<i32>,
-    pub keys: Vec<&'a [u8]>,
-    pub limits: Vec<i64>,
-    pub windows_ms: Vec<i64>,
-    pub algorithms: Vec<i16>,
-    pub costs: Vec<i64>,
-    /// A lockout's block time; 0 for a bucket without a lockout.
-    pub block_for_ms: Vec<i64>,
-    pub lockouts: Vec<Option<&'a str>>,
-    /// `None`: the database's clock.
-    pub now: Option<DateTime<Utc>>,
-}
-
-impl<'a> Params<'a> {
-    fn of(batches: &'a [&'a CheckBatch], now: Option<DateTime<Utc>>) -> Self {
-        let buckets = || buckets_of(batches);
-        let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
-        Self {
-            positions: buckets().map(|(i, _, _)| i as i32).collect(),
-            keys: buckets().map(|(_, _, b)| b.key.as_slice()).collect(),
-            limits: buckets().map(|(_, _, b)| to_i64(b.limit)).collect(),
-            windows_ms: buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect(),
-            algorithms: buckets().map(|(_, _, b)| b.algorithm.code()).collect(),
-            costs: buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect(),
-            block_for_ms: buckets().map(|(_, _, b)| block_for(b)).collect(),
-            lockouts: buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect(),
-            now,
+        Route::Node(route, routes) => {
+            args.extend([Arg::Int(route), Arg::Ints(routes.to_vec())]);
+            CHECK_NODE
         }
-    }
+    };
+    fetch_rows(conn, sql, args, per_transaction).await
+}
+
+/// Runs a statement that answers [`Row`]s: prepared, with `args` bound; or,
+/// behind a transaction pooler, as one simple-protocol message that starts
+/// with the settings (`SET LOCAL`) and has the values written in, so that
+/// nothing is prepared and the settings hold for this statement whichever
+/// server connection runs it.
+pub(super) async fn fetch_rows(
+    conn: &mut PgConnection,
+    sql: &str,
+    args: Vec<Arg<'_>>,
+    per_transaction: Option<&str>,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let Some(settings) = per_transaction else {
+        let query = args.into_iter().fold(sqlx::query_as(sql), |query, arg| arg.bind_to(query));
+        return query.fetch_all(conn).await;
+    };
+    let message = format!("{settings} {}", literal::written_out(sql, &args)?);
+    let rows = conn.fetch_all(&*message).await?;
+    rows.iter().map(Row::from_row).collect()
 }
 
 /// Each bucket of `batches` in order, with its batch and the batch's index.

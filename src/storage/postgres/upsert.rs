@@ -22,8 +22,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
+use super::literal::Arg;
 use super::session::is_sqlstate;
-use super::statements::{buckets_of, to_i64, Row};
+use super::statements::{buckets_of, fetch_rows, to_i64, Row};
 use crate::algorithm::Algorithm;
 use crate::storage::CheckBatch;
 
@@ -91,34 +92,25 @@ pub(super) async fn run(
     road: Road,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
+    per_transaction: Option<&str>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets = || buckets_of(batches);
-    let keys: Vec<&[u8]> = buckets().map(|(_, _, b)| b.key.as_slice()).collect();
-    let limits: Vec<i64> = buckets().map(|(_, _, b)| to_i64(b.limit)).collect();
-    let windows: Vec<i64> = buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect();
-    let costs: Vec<i64> = buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect();
-    match road {
-        Road::OneBucket => {
-            let query = sqlx::query_as(ONE_BUCKET_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
-            query.bind(now).fetch_all(conn).await
-        }
+    let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
+    let limits = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect());
+    let windows = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
+    let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
+    let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
+    let (sql, args) = match road {
+        Road::OneBucket => (ONE_BUCKET_UPSERT, vec![keys, limits, windows, costs, Arg::Clock(now)]),
         Road::Algorithms => {
-            let query = sqlx::query_as(ALGORITHMS_UPSERT).bind(keys).bind(limits).bind(windows).bind(costs);
-            let algorithms: Vec<i16> = buckets().map(|(_, _, b)| b.algorithm.code()).collect();
-            query.bind(now).bind(algorithms).fetch_all(conn).await
+            (ALGORITHMS_UPSERT, vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()])
         }
         Road::Policy => {
-            sqlx::query_as(POLICY_UPSERT)
-                .bind(buckets().map(|(i, _, _)| i as i32).collect::<Vec<_>>())
-                .bind(keys)
-                .bind(limits)
-                .bind(windows)
-                .bind(costs)
-                .bind(now)
-                .bind(buckets().map(|(_, _, b)| b.algorithm.code()).collect::<Vec<_>>())
-                .bind(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect::<Vec<_>>())
-                .fetch_all(conn)
-                .await
+            let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());
+            let sizes = Arg::Ints(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
+            let args = vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes];
+            (POLICY_UPSERT, args)
         }
-    }
+    };
+    fetch_rows(conn, sql, args, per_transaction).await
 }
