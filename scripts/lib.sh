@@ -24,6 +24,7 @@
 #   stop PID [SECONDS]            TERM, then KILL after SECONDS (default 5); waits for it
 #   stop_started [SECONDS]        stop every process that start started
 #   wait_http URL [PID [LOGFILE]] waits until URL answers with any HTTP status
+#   wait_tcp PORT [PID [LOGFILE]] waits until something accepts connections on loopback PORT
 
 : "${LIB_NAME:=$(basename "$0")}"
 
@@ -232,4 +233,18 @@ wait_http() {
     done
     [ -z "$logfile" ] || cat "$logfile" >&2
     die "$url did not answer within 60 s"
+}
+
+wait_tcp() {
+    local port=$1 pid=${2:-} logfile=${3:-} _
+    for _ in $(seq 600); do
+        if (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            [ -z "$logfile" ] || cat "$logfile" >&2
+            die "process $pid exited before listening on port $port"
+        fi
+        sleep 0.1
+    done
+    [ -z "$logfile" ] || cat "$logfile" >&2
+    die "nothing listened on port $port within 60 s"
 }

@@ -151,9 +151,8 @@ impl Health {
         heard.read(generation.max(0) as u64);
         Ok(())
     }
-}
 
-impl Health {
+    /// Records this instance and reads the others and the actions generation.
     async fn beat_on(
         session: &Session,
         conn: &mut PgConnection,

@@ -56,7 +56,8 @@ impl<'a> Arg<'a> {
 }
 
 /// `sql` with each parameter `$N` replaced by `args[N - 1]` written out.
-/// Quoted text and comments are copied as they are.
+/// Quoted text and comments are copied as they are; the statements this
+/// serves have no dollar-quoted text, which this does not recognise.
 pub(super) fn written_out(sql: &str, args: &[Arg]) -> Result<String, sqlx::Error> {
     let mut out = String::with_capacity(sql.len() + args.len() * 64);
     let mut chars = sql.char_indices().peekable();
