@@ -20,8 +20,9 @@ pub const HOW_TO_READ: &str = "\
 (`pool_mode` as named, `default_pool_size = 20`, `ignore_startup_parameters = extra_float_digits`) on the same \
 machine, each mode in a database of its own prefilled as pglimit's was; *× direct*: requests/s over pglimit's \
 at the same scenario and client count. Session mode sends the same statements as a direct connection, through \
-one more hop; transaction mode sends each batch as one simple-protocol message (`SET LOCAL` settings, then the \
-same statement with its values written out), which the server parses and plans every time. PgBouncer's own CPU \
+one more hop; transaction mode sends each batch as one simple-protocol message (`SET LOCAL` settings, then a \
+batch function with its values written out), which the server parses and plans every time, while the \
+function keeps its statements' plans. PgBouncer's own CPU \
 is not in the CPU columns.";
 
 /// A scenario and client count at which pglimit was measured and a pooled

@@ -33,8 +33,9 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
 /// store sends these checks (no key twice) to `pglimit_check_distinct` or
 /// the plain upsert; `batch_functions.rs` holds `pglimit_check_batch` to
 /// the same answers.
-/// Each statement path replayed once bound and prepared, and once written
-/// out as behind a transaction pooler (`PGLIMIT_DB_POOLER=transaction`).
+/// Each replay runs twice: statements bound and prepared, and written out
+/// as behind a transaction pooler (`PGLIMIT_DB_POOLER=transaction`), where
+/// the batch functions take every batch, the plain upserts' ones included.
 const POOLERS: [Pooler; 2] = [Pooler::None, Pooler::Transaction];
 
 /// A store of its own on a fresh database, its statements sent as `pooler` has them sent.

@@ -92,7 +92,6 @@ pub(super) async fn run(
     road: Road,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
-    per_transaction: Option<&str>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let buckets = || buckets_of(batches);
     let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
@@ -112,5 +111,5 @@ pub(super) async fn run(
             (POLICY_UPSERT, args)
         }
     };
-    fetch_rows(conn, sql, args, per_transaction).await
+    fetch_rows(conn, sql, args, None).await
 }
