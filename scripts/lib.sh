@@ -222,29 +222,26 @@ stop_started() {
 # Waits up to 60 s until URL answers (any HTTP status). With PID, fails as soon
 # as that process exits; with LOGFILE, prints it on failure.
 wait_http() {
-    local url=$1 pid=${2:-} logfile=${3:-} _
-    for _ in $(seq 600); do
-        if curl -s -o /dev/null --max-time 1 "$url"; then return 0; fi
-        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
-            [ -z "$logfile" ] || cat "$logfile" >&2
-            die "process $pid exited before answering $url"
-        fi
-        sleep 0.1
-    done
-    [ -z "$logfile" ] || cat "$logfile" >&2
-    die "$url did not answer within 60 s"
+    lib_wait_for "$1 to answer" "${2:-}" "${3:-}" curl -s -o /dev/null --max-time 1 "$1"
 }
 
 wait_tcp() {
-    local port=$1 pid=${2:-} logfile=${3:-} _
+    lib_wait_for "something to listen on port $1" "${2:-}" "${3:-}" bash -c ': <"/dev/tcp/127.0.0.1/$1"' _ "$1"
+}
+
+# Runs CMD every 0.1 s until it succeeds, for at most 60 s; dies (showing
+# LOGFILE) when PID exits first or time runs out. Usage: lib_wait_for WHAT PID LOGFILE CMD...
+lib_wait_for() {
+    local what=$1 pid=$2 logfile=$3 _
+    shift 3
     for _ in $(seq 600); do
-        if (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        if "$@" 2>/dev/null; then return 0; fi
         if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
             [ -z "$logfile" ] || cat "$logfile" >&2
-            die "process $pid exited before listening on port $port"
+            die "process $pid exited while waiting for $what"
         fi
         sleep 0.1
     done
     [ -z "$logfile" ] || cat "$logfile" >&2
-    die "nothing listened on port $port within 60 s"
+    die "waited 60 s for $what"
 }

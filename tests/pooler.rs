@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use common::pgbouncer::{self, Mode, PgBouncer};
 use common::stoppable::{database, restart, stop, SERIAL};
-use common::{
-    adhoc_key, call, check, degraded, instance, login, readyz, stored_count, unique, wait_for_postgres,
-};
+use common::{call, check, degraded, instance, login, readyz, stored_count, unique, wait_for_postgres};
 use pglimit::pg_cluster::StopMode;
 use pglimit::storage::{Pooler, Reach};
 use pglimit::AppState;
@@ -149,12 +147,7 @@ async fn a_stalled_statement_is_cancelled_by_the_server(mode: Mode) {
     assert_eq!(check(&app, stuck.clone()).await.body["store"], "postgres");
 
     let pool = sqlx::PgPool::connect(&direct).await.expect("connect");
-    let mut holder = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
-        .bind(adhoc_key(&name).as_slice())
-        .execute(&mut *holder)
-        .await
-        .expect("lock the row");
+    let holder = common::lock_row(&pool, &name).await;
     let reply = check(&app, stuck.clone()).await;
     reply.assert_memory_admits();
     assert!(!degraded(&app).await, "{mode:?}: one stuck row switched the instance to memory");

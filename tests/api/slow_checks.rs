@@ -89,12 +89,7 @@ async fn the_log_keeps_the_slowest_and_a_check_held_on_a_row_lock_ranks_first_wi
     .await
     .expect("the held key's row");
     // Another client takes the row and sits on it.
-    let mut holder = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
-        .bind(adhoc_key(&name).as_slice())
-        .execute(&mut *holder)
-        .await
-        .expect("lock the row");
+    let holder = crate::common::lock_row(&pool, &name).await;
     let held = {
         let app = app.clone();
         tokio::spawn(async move { check(&app, json!({ "key": name, "limit": 10, "window": "1h" })).await })

@@ -15,14 +15,8 @@ async fn a_row_locked_by_a_stuck_transaction_fails_its_own_checks_not_the_instan
     assert_eq!((reply.status, reply.body["store"].as_str()), (StatusCode::OK, Some("postgres")));
 
     // Another client takes the row and sits on it.
-    let key = crate::common::adhoc_key("stuck");
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    let mut holder = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
-        .bind(key.as_slice())
-        .execute(&mut *holder)
-        .await
-        .expect("lock the row");
+    let holder = crate::common::lock_row(&pool, "stuck").await;
 
     let started = std::time::Instant::now();
     let blocked = {

@@ -80,6 +80,18 @@ pub fn adhoc_key(name: &str) -> pglimit::storage::Key {
     pglimit::limiter::bucket_key(&secret, &pglimit::limiter::KeyScope::AdHoc { key: name, algorithm })
 }
 
+/// A transaction on `pool` holding the row of the ad hoc key `name`
+/// (`FOR UPDATE`) until it ends: another client sitting on the row.
+pub async fn lock_row(pool: &sqlx::PgPool, name: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM pglimit_buckets WHERE key = $1 FOR UPDATE")
+        .bind(adhoc_key(name).as_slice())
+        .execute(&mut *holder)
+        .await
+        .expect("lock the row");
+    holder
+}
+
 /// The count Postgres holds for the fixed-window ad hoc key `name`.
 pub async fn stored_count(url: &str, name: &str) -> u64 {
     counted(url, name).await.unwrap_or_else(|| panic!("no bucket for {name}"))

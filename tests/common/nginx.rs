@@ -2,12 +2,10 @@
 //! directory with a configuration of the test's own. Never skipped: without
 //! nginx the test fails saying what to install (`scripts/test` installs it).
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use super::process::{temp_dir, TempDir};
+use super::process::{temp_dir, wait_until_listening, TempDir};
 
 /// A running nginx; killed and reaped when dropped.
 pub struct Nginx {
@@ -63,22 +61,8 @@ impl Nginx {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    /// True once nginx accepts connections; false if it exited because its
-    /// port was taken meanwhile. Any other exit fails the test with its log.
     fn wait_until_listening(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            if let Some(status) = self.child.try_wait().expect("wait for nginx") {
-                let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
-                assert!(log.contains("Address already in use"), "nginx exited ({status}): {log}");
-                return false;
-            }
-            assert!(Instant::now() < deadline, "nginx did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_listening(&mut self.child, self.port, &self.dir.join("error.log"), "nginx")
     }
 }
 

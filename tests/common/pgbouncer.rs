@@ -2,13 +2,11 @@
 //! loopback, in a throwaway directory. Never skipped: without it the test
 //! fails saying what to install (`scripts/test` installs it).
 
-use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use super::process::{temp_dir, TempDir};
+use super::process::{temp_dir, wait_until_listening, TempDir};
 
 /// A running PgBouncer; killed and reaped when dropped.
 pub struct PgBouncer {
@@ -94,19 +92,7 @@ impl PgBouncer {
     }
 
     fn wait_until_listening(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            if let Some(status) = self.child.try_wait().expect("wait for pgbouncer") {
-                let log = std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default();
-                assert!(log.contains("Address already in use"), "pgbouncer exited ({status}): {log}");
-                return false;
-            }
-            assert!(Instant::now() < deadline, "pgbouncer did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_listening(&mut self.child, self.port, &self.dir.join("pgbouncer.log"), "pgbouncer")
     }
 }
 

@@ -39,6 +39,25 @@ impl Drop for TempDir {
     }
 }
 
+/// True once `child` accepts connections on loopback `port`; false if it
+/// exited because the port was taken meanwhile (its `log` says so). Any
+/// other exit fails the test with the log; so does no listener within 30 s.
+pub fn wait_until_listening(child: &mut Child, port: u16, log: &Path, what: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("wait for {what}: {e}")) {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            assert!(log.contains("Address already in use"), "{what} exited ({status}): {log}");
+            return false;
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn temp_dir(prefix: &str) -> TempDir {
     let dir = std::env::temp_dir().join(super::unique(prefix));
     std::fs::create_dir_all(&dir).expect("temp dir");
