@@ -27,7 +27,9 @@ use crate::algorithm::Algorithm;
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
-pub use postgres::{kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach};
+pub use postgres::{
+    functions_schema, kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach,
+};
 pub use stale::{Stale, MAX_STALE_KEYS};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.

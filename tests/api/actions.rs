@@ -231,30 +231,6 @@ async fn a_missed_notification_still_converges_within_a_bounded_time() {
     }
 }
 
-/// Instances of the previous build call the batch function's first
-/// signature during a rolling deploy: it still decides, and honours blocks.
-#[tokio::test]
-async fn the_batch_function_of_the_previous_build_still_answers_and_honours_blocks() {
-    let url = fresh_database().await;
-    let _app = instance(&url, &[]).await; // migrates
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    let key = vec![7u8; 32];
-    let call = "SELECT o_allowed FROM pglimit_check_batch(ARRAY[0], ARRAY[$1::bytea], ARRAY[5::bigint], \
-                ARRAY[60000::bigint], ARRAY[0::smallint], ARRAY[1::bigint])";
-    let (allowed,): (bool,) = sqlx::query_as(call).bind(&key).fetch_one(&pool).await.expect("old signature");
-    assert!(allowed);
-    sqlx::query(
-        "INSERT INTO pglimit_blocks (key, until, kind) VALUES ($1, now() + interval '1 hour', 'admin')",
-    )
-    .bind(&key)
-    .execute(&pool)
-    .await
-    .expect("a block");
-    let (allowed,): (bool,) = sqlx::query_as(call).bind(&key).fetch_one(&pool).await.expect("old signature");
-    assert!(!allowed, "blocked");
-    pool.close().await;
-}
-
 fn single_bucket_policy(algorithm: &str) -> String {
     format!(
         "[policies.one]\nidentifiers = {{ ip = \"ip\" }}\n[[policies.one.buckets]]\n\

@@ -117,7 +117,7 @@ async fn the_plain_upsert_decides_exactly_as_the_model() {
 
 async fn replay_plain_upserts(pooler: Pooler) {
     let (url, pg) = store_sent_as(pooler).await;
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let pool = crate::common::functions_pool(&url).await;
     let ends = "SELECT pglimit_us(expires_at) FROM pglimit_buckets WHERE key = $1";
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
@@ -349,7 +349,7 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
 async fn each_algorithm_code_selects_the_same_algorithm_in_sql() {
     let url = fresh_database().await;
     let _migrated = crate::common::pg_store(&url).await;
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let pool = crate::common::functions_pool(&url).await;
     let window: i64 = 10_000_000;
     let now = 1_000 * window + window / 2;
     let state = State {

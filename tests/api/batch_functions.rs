@@ -89,7 +89,7 @@ fn twins(rng: &mut StdRng, slot: u8) -> (Bucket, Bucket) {
 async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
     let url = fresh_database().await;
     let _migrated = pg_store(&url).await;
-    let pool = PgPool::connect(&url).await.expect("connect");
+    let pool = crate::common::functions_pool(&url).await;
     let mut rng = StdRng::seed_from_u64(23);
     let slots: Vec<(Bucket, Bucket)> = (0..16).map(|s| twins(&mut rng, s)).collect();
     let mut now: DateTime<Utc> = "2032-03-01T00:00:00.250001Z".parse().unwrap();

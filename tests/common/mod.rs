@@ -183,7 +183,7 @@ pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pgli
 /// lock, so a retry there means the upsert's conflict branch and its answer
 /// disagree, which the retry would otherwise decide again and hide.
 pub async fn forbid_retries_with_locks(url: &str) {
-    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    let pool = functions_pool(url).await;
     sqlx::query(
         "CREATE OR REPLACE FUNCTION pglimit_retry_with_locks() RETURNS boolean LANGUAGE plpgsql AS $$
          BEGIN RAISE EXCEPTION 'the upsert asked to retry with locks, with no other writer'; END $$",
@@ -192,6 +192,20 @@ pub async fn forbid_retries_with_locks(url: &str) {
     .await
     .expect("replace pglimit_retry_with_locks");
     pool.close().await;
+}
+
+/// A pool whose connections find this build's functions first, as the
+/// service's do (the database must have been migrated).
+pub async fn functions_pool(url: &str) -> sqlx::PgPool {
+    let path = format!("SET search_path = {}, public", pglimit::storage::functions_schema());
+    sqlx::postgres::PgPoolOptions::new()
+        .after_connect(move |conn, _| {
+            let path = path.clone();
+            Box::pin(async move { sqlx::Executor::execute(conn, &*path).await.map(|_| ()) })
+        })
+        .connect(url)
+        .await
+        .expect("connect")
 }
 
 /// Counts the statements that write pglimit_buckets (a call, whichever

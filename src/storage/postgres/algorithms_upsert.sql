@@ -4,7 +4,7 @@
 -- (NULL: the database's), $6 the algorithm (1 sliding window, 2 sliding log,
 -- 3 token bucket).
 --
--- The sliding window counter (pglimit_decide, algo 1) keeps the current
+-- The arithmetic is algorithms.sql's. The sliding window counter keeps the current
 -- window's count and the previous one's; windows are aligned on the clock,
 -- and a row ends one window after its current window (end_at). The sliding
 -- log keeps a timestamp per unit admitted in the last window. The proposed
@@ -25,7 +25,7 @@ WITH clock AS (
                      ELSE ((q.now_us + q.win_us) / q.win_us + 1) * q.win_us END * interval '1 microsecond' AS end_at
     FROM (
         SELECT r.key, r.lim, r.win * 1000 AS win_us, r.cost, r.algo, r.pos::integer AS pos, c.at, c.now_us,
-               CASE WHEN r.algo = 3 THEN greatest(r.win * 1000 / greatest(r.lim, 1), 1) END AS step
+               CASE WHEN r.algo = 3 THEN pglimit_token_step(r.win * 1000, r.lim) END AS step
         FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $6::smallint[])
              WITH ORDINALITY AS r(key, lim, win, cost, algo, pos),
              clock c
@@ -47,38 +47,45 @@ WITH clock AS (
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
                           WHEN EXCLUDED.log IS NULL
-                          THEN CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
+                          THEN pglimit_sliding_current(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock),
+                                                       ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                               + EXCLUDED.count
                           ELSE 0 END,
         prev_count = CASE WHEN EXCLUDED.log IS NULL AND EXCLUDED.tat_us IS NULL
-                          THEN pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
-                                                    ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                          THEN pglimit_sliding_previous(b.count, b.prev_count, pglimit_us(b.expires_at),
+                                                        (SELECT now_us FROM clock),
+                                                        ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
                           ELSE 0 END,
         expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
                           THEN greatest(b.expires_at, timestamptz 'epoch'
-                                        + ((greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                                        + ((pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
                                             - (SELECT now_us FROM clock)) / EXCLUDED.prev_count + 1)
                                           * EXCLUDED.prev_count * interval '1 microsecond')
                           WHEN EXCLUDED.log IS NOT NULL THEN greatest(b.expires_at, EXCLUDED.expires_at)
                           ELSE EXCLUDED.expires_at END,
         tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - (SELECT now_us FROM clock) END,
+                          THEN pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                               - (SELECT now_us FROM clock) END,
         -- The entries still in the window, then this check's.
         log        = CASE WHEN EXCLUDED.log IS NOT NULL
-                          THEN ARRAY(SELECT x FROM unnest(b.log) AS x
-                                     WHERE x > (SELECT now_us FROM clock)
-                                               - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000
-                                     ORDER BY x) || EXCLUDED.log END
+                          THEN pglimit_log_live(b.log, (SELECT now_us FROM clock),
+                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                               || EXCLUDED.log END
     WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
-               THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - 2 * (SELECT now_us FROM clock)
-                    <= EXCLUDED.prev_count
+               THEN pglimit_token_fits(pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)),
+                                       EXCLUDED.tat_us - (SELECT now_us FROM clock), EXCLUDED.prev_count,
+                                       (SELECT now_us FROM clock))
                ELSE CASE WHEN EXCLUDED.log IS NULL
-                    THEN pglimit_sliding_weight(pglimit_sliding_prev(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
-                                                                     ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
+                    THEN pglimit_sliding_weight(pglimit_sliding_previous(b.count, b.prev_count, pglimit_us(b.expires_at),
+                                                                         (SELECT now_us FROM clock),
+                                                                         ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
                                                 ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
                                                 (SELECT now_us FROM clock))
-                         + CASE WHEN b.expires_at = EXCLUDED.expires_at THEN b.count ELSE 0 END + EXCLUDED.count
-                    ELSE (SELECT count(*) FROM unnest(b.log) AS x
-                          WHERE x > (SELECT now_us FROM clock) - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                         + pglimit_sliding_current(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock),
+                                                   ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                         + EXCLUDED.count
+                    ELSE cardinality(pglimit_log_live(b.log, (SELECT now_us FROM clock),
+                                                      ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000))
                          + cardinality(EXCLUDED.log) END
                <= ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)] END
     RETURNING b.key, b.count, b.prev_count, b.expires_at, b.tat_us, cardinality(b.log) AS entries

@@ -43,6 +43,7 @@ use health::Health;
 use lane::{lane, Job, Task};
 use listener::Heard;
 pub use pooler::Pooler;
+pub use schema::functions_schema;
 use session::{classify, Session};
 pub use session::{migrate, Reach};
 

@@ -12,11 +12,11 @@
 -- the column it borrows.
 WITH clock AS (
     -- The clock in µs, once: the conflict branch below reads it too.
-    SELECT (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint AS now_us
+    SELECT pglimit_us(coalesce($6::timestamptz, now())) AS now_us
 ), req AS (
     SELECT r.chk, r.key, r.lim, r.win, r.cost, r.algo, r.n, r.pos::integer AS pos, at,
            CASE WHEN r.algo = 3 THEN (SELECT now_us FROM clock) END AS at_us,
-           CASE WHEN r.algo = 3 THEN greatest(r.win * 1000 / greatest(r.lim, 1), 1) END AS step
+           CASE WHEN r.algo = 3 THEN pglimit_token_step(r.win * 1000, r.lim) END AS step
     FROM unnest($1::integer[], $2::bytea[], $3::bigint[], $4::bigint[], $5::bigint[], $7::smallint[], $8::integer[])
          WITH ORDINALITY AS r(chk, key, lim, win, cost, algo, n, pos),
          coalesce($6::timestamptz, now()) AS at
@@ -53,20 +53,23 @@ WITH clock AS (
     FROM snap WHERE cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
-                          WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.count
-                          ELSE b.count + EXCLUDED.count END,
+                          ELSE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock))
+                               + EXCLUDED.count END,
         expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN timestamptz 'epoch' + (greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                          THEN timestamptz 'epoch' + (pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
                                                       - (SELECT now_us FROM clock)) * interval '1 microsecond'
                           WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.expires_at
                           ELSE b.expires_at END,
         prev_count = 0,
         tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
-                          THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - (SELECT now_us FROM clock) END
+                          THEN pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
+                               - (SELECT now_us FROM clock) END
     WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
-               THEN greatest(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us - 2 * (SELECT now_us FROM clock) <= EXCLUDED.prev_count
-               ELSE (b.expires_at <= coalesce($6::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
-                    AND EXCLUDED.count <= EXCLUDED.prev_count END
+               THEN pglimit_token_fits(pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)),
+                                       EXCLUDED.tat_us - (SELECT now_us FROM clock), EXCLUDED.prev_count,
+                                       (SELECT now_us FROM clock))
+               ELSE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock))
+                    + EXCLUDED.count <= EXCLUDED.prev_count END
     RETURNING b.key, b.count, b.expires_at, b.tat_us
 )
 SELECT r.pos AS o_pos,

@@ -56,7 +56,8 @@ impl Settings {
     /// a hot row is normal under load and must not fail checks early, but a
     /// statement must be over before its caller is answered from memory, or
     /// it could commit a count for that check too.
-    pub fn new(longest_wait: Duration, schema: Option<&str>) -> Self {
+    /// `search_path`: rendered (quoted where needed); `None` keeps the role's.
+    pub fn new(longest_wait: Duration, search_path: Option<&str>) -> Self {
         let limit_ms = (longest_wait.as_millis() * 9 / 10).to_string();
         let mut settings = vec![
             // The statements take arrays whose sizes vary, so one generic
@@ -74,8 +75,8 @@ impl Settings {
             ("lock_timeout", limit_ms.clone()),
             ("statement_timeout", limit_ms),
         ];
-        if let Some(schema) = schema {
-            settings.push(("search_path", quote_ident(schema)));
+        if let Some(path) = search_path {
+            settings.push(("search_path", path.to_owned()));
         }
         let render =
             |set: &str| settings.iter().map(|(name, value)| format!("{set} {name} = {value};")).collect();
@@ -107,7 +108,7 @@ mod tests {
 
     #[test]
     fn every_setting_travels_both_for_the_session_and_for_each_transaction() {
-        let settings = Settings::new(Duration::from_millis(1000), Some("rate \"limits\""));
+        let settings = Settings::new(Duration::from_millis(1000), Some(&quote_ident("rate \"limits\"")));
         for rendered in [settings.for_session(), settings.for_transaction()] {
             for wanted in ["read committed", "statement_timeout = 900;", "lock_timeout = 900;", "jit = off;"]
             {

@@ -1,12 +1,20 @@
-//! pglimit's tables and functions, brought up to date by the migrations in
-//! `migrations/`, and only when they are not: so that `serve` can run as a
+//! pglimit's tables, brought up to date by the migrations in `migrations/`,
+//! and the functions that decide (`sql/`), installed in a schema named for
+//! their text; both only when they are missing, so that `serve` can run as a
 //! role that may use pglimit's objects but create nothing, once a
 //! privileged role has run `pglimit migrate`.
+//!
+//! The functions are code: each build calls its own, found first on its
+//! search path, so two builds of a rolling deploy never call each other's.
+//! A schema of a build no longer running can be dropped (`DROP SCHEMA
+//! pglimit_<version> CASCADE`).
 
 use std::sync::LazyLock;
 
+use sha2::{Digest, Sha256};
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::PgConnection;
+use sqlx::Executor;
 
 use super::session::is_sqlstate;
 
@@ -16,6 +24,24 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator.set_locking(false);
     migrator
 });
+
+/// The functions that decide, in the order they are created (each calls
+/// only those before it).
+const FUNCTIONS: [&str; 3] =
+    [include_str!("sql/algorithms.sql"), include_str!("sql/batch.sql"), include_str!("sql/distinct.sql")];
+
+/// The schema of this build's functions: `pglimit_` and the start of a hash
+/// of their text, Citus mode's included (installed by `citus::setup`).
+pub fn functions_schema() -> &'static str {
+    static SCHEMA: LazyLock<String> = LazyLock::new(|| {
+        let mut hash = Sha256::new();
+        for text in FUNCTIONS.iter().chain([&super::citus::FUNCTIONS]) {
+            hash.update(text.as_bytes());
+        }
+        format!("pglimit_{}", hex::encode(&hash.finalize()[..6]))
+    });
+    &SCHEMA
+}
 
 /// A key for `pg_advisory_xact_lock`: one instance migrates at a time.
 const MIGRATING: i64 = 0x0070_676c_696d_6974; // "pglimit"
@@ -35,11 +61,65 @@ pub(super) async fn bring_up_to_date(tx: &mut PgConnection) -> Result<(), sqlx::
     if is_current(tx).await? {
         return Ok(()); // another instance migrated while this one waited
     }
-    MIGRATOR.run(tx).await.map_err(explain)
+    if !migrated(tx).await? {
+        MIGRATOR.run(&mut *tx).await.map_err(explain)?;
+    }
+    if !installed(tx).await? {
+        install(tx).await.map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// The search path for every connection from now on: this build's
+/// functions, then where the tables are (the configured schema, or the
+/// role's search path), as `tx` has it.
+pub(super) async fn search_path(tx: &mut PgConnection) -> Result<String, sqlx::Error> {
+    let (path,): (String,) =
+        sqlx::query_as("SELECT concat_ws(', ', quote_ident($1), nullif(current_setting('search_path'), ''))")
+            .bind(functions_schema())
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
+    Ok(path)
+}
+
+/// Creates this build's functions in their schema, which needs the right to
+/// create a schema in the database. `PUBLIC` may use the schema: each
+/// function runs with its caller's rights, and reaches only the tables the
+/// caller may.
+async fn install(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    tracing::info!(schema = functions_schema(), "installing this build's functions");
+    let schema = super::pooler::quote_ident(functions_schema());
+    tx.execute(&*format!("CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO PUBLIC")).await?;
+    let path = search_path(tx).await?;
+    sqlx::query("SELECT set_config('search_path', $1, true)")
+        .bind(path)
+        .persistent(false)
+        .execute(&mut *tx)
+        .await?;
+    for text in FUNCTIONS {
+        sqlx::raw_sql(text).execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// Whether this build's functions are installed (they are created in one
+/// transaction with their schema).
+async fn installed(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let (exists,): (bool,) = sqlx::query_as("SELECT to_regnamespace(quote_ident($1)) IS NOT NULL")
+        .bind(functions_schema())
+        .persistent(false)
+        .fetch_one(conn)
+        .await?;
+    Ok(exists)
+}
+
+async fn is_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    Ok(migrated(conn).await? && installed(conn).await?)
 }
 
 /// Every migration of this build is applied, unchanged (the same checksum).
-async fn is_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+async fn migrated(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     let (exists,): (bool,) =
         sqlx::query_as("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(&mut *conn).await?;
     if !exists {
@@ -65,14 +145,20 @@ fn explain(e: MigrateError) -> sqlx::Error {
             )
             .into(),
         ),
-        // 42501: insufficient privilege.
-        MigrateError::Execute(e) if is_sqlstate(&e, "42501") => sqlx::Error::Configuration(
-            format!(
-                "pglimit's schema is not current and this role may not change it ({e}): run `pglimit migrate` \
-                 with a DATABASE_URL whose role may create objects, then start again"
-            )
-            .into(),
-        ),
+        MigrateError::Execute(e) => refused(e),
         other => other.into(),
     }
+}
+
+/// What to do when this role may not create what this build needs.
+fn refused(e: sqlx::Error) -> sqlx::Error {
+    // 42501: insufficient privilege.
+    if !is_sqlstate(&e, "42501") {
+        return e;
+    }
+    let msg = format!(
+        "pglimit's schema is not current and this role may not change it ({e}): run `pglimit migrate` \
+         with a DATABASE_URL whose role may create objects, then start again"
+    );
+    sqlx::Error::Configuration(msg.into())
 }

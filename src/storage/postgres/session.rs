@@ -25,7 +25,11 @@ pub(super) struct Session {
     /// `connect` without TLS, once a handshake failed under `sslmode=prefer`.
     plaintext: OnceLock<PgConnectOptions>,
     pooler: Pooler,
-    settings: Settings,
+    longest_wait: Duration,
+    /// The settings until [`Session::prepare`] knows where this build's functions are.
+    first_settings: Settings,
+    /// The settings from then on: the search path starts with the functions' schema.
+    settings: OnceLock<Settings>,
     /// `PGLIMIT_DB_SCHEMA`: where pglimit's objects are; `None`: the role's search path.
     schema: Option<String>,
 }
@@ -46,9 +50,25 @@ impl Session {
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
         let (generation, routes, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
-        let settings = Settings::new(longest_wait, reach.schema.as_deref());
-        let (pooler, schema) = (reach.pooler, reach.schema);
-        Ok(Self { connect, hard_limit, generation, routes, plaintext, pooler, settings, schema })
+        let path = reach.schema.as_deref().map(quote_ident);
+        let first_settings = Settings::new(longest_wait, path.as_deref());
+        let (pooler, schema, settings) = (reach.pooler, reach.schema, OnceLock::new());
+        Ok(Self {
+            connect,
+            hard_limit,
+            generation,
+            routes,
+            plaintext,
+            pooler,
+            longest_wait,
+            first_settings,
+            settings,
+            schema,
+        })
+    }
+
+    fn settings(&self) -> &Settings {
+        self.settings.get().unwrap_or(&self.first_settings)
     }
 
     /// Whether a statement may stay prepared on its connection: not behind
@@ -61,7 +81,7 @@ impl Session {
     /// Behind a transaction pooler, the `SET LOCAL` statements each
     /// transaction starts with; `None` when the connection keeps them.
     pub fn per_transaction(&self) -> Option<&str> {
-        (self.pooler == Pooler::Transaction).then(|| self.settings.for_transaction())
+        (self.pooler == Pooler::Transaction).then(|| self.settings().for_transaction())
     }
 
     /// A transaction on `conn`, under the settings.
@@ -88,7 +108,7 @@ impl Session {
         let open = async {
             let mut conn = self.connect().await?;
             if self.pooler != Pooler::Transaction {
-                conn.execute(self.settings.for_session()).await?;
+                conn.execute(self.settings().for_session()).await?;
             }
             if self.routes.get().is_some() {
                 // Citus delegates a call to the worker of its route only when
@@ -145,15 +165,17 @@ impl Session {
             create_schema(&mut tx, schema).await?;
         }
         super::schema::bring_up_to_date(&mut tx).await?;
+        let path = super::schema::search_path(&mut tx).await?;
         set_persistence(&mut tx, unlogged).await?;
         // The migrator prepares named statements: none may outlive the
         // transaction on a server connection a pooler hands to others.
         tx.clear_cached_statements().await?;
         tx.commit().await?;
-        if let Some(routes) = citus::setup(&mut conn, citus).await? {
+        if let Some(routes) = citus::setup(&mut conn, citus, &path).await? {
             self.refuse_with_citus()?;
             let _ = self.routes.set(routes);
         }
+        let _ = self.settings.set(Settings::new(self.longest_wait, Some(&path)));
         conn.close().await
     }
 

@@ -1,5 +1,5 @@
 -- One-bucket fixed-window checks as one plain multi-row upsert (see
--- ONE_BUCKET_UPSERT in upsert.rs): $1 each check's key, $2 limit,
+-- ONE_BUCKET_UPSERT in upsert.rs), with algorithms.sql's arithmetic: $1 each check's key, $2 limit,
 -- $3 window (ms), $4 cost, $5 the clock (NULL: the database's).
 WITH req AS (
     SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
@@ -12,13 +12,13 @@ WITH req AS (
     SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
     WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
-        count      = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
-                          THEN EXCLUDED.count ELSE b.count + EXCLUDED.count END,
+        count      = pglimit_fixed_count(b.count, pglimit_us(b.expires_at), pglimit_us(coalesce($5::timestamptz, now())))
+                     + EXCLUDED.count,
         expires_at = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
                           THEN EXCLUDED.expires_at ELSE b.expires_at END,
         prev_count = 0
-    WHERE (b.expires_at <= coalesce($5::timestamptz, now()) OR b.count + EXCLUDED.count <= EXCLUDED.prev_count)
-      AND EXCLUDED.count <= EXCLUDED.prev_count
+    WHERE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), pglimit_us(coalesce($5::timestamptz, now())))
+          + EXCLUDED.count <= EXCLUDED.prev_count
     RETURNING b.key, b.count, b.expires_at
 )
 SELECT r.pos AS o_pos,

@@ -1,8 +1,10 @@
 -- Citus mode's functions, each called with a route and delegated by Citus to
 -- the worker holding that route's shard (create_distributed_function with
 -- distribution_arg_name => 'p_route'), where it runs on that worker's shards
--- only: no two-phase commit, no lock on another node. Re-created at every start
--- (CREATE OR REPLACE), so a new build brings its own versions. Statements
+-- only: no two-phase commit, no lock on another node. Created at every start
+-- (CREATE OR REPLACE) in the schema of this build's functions (schema.rs),
+-- whose search path each keeps (SET search_path FROM CURRENT): the worker's
+-- session that runs it has its own. Statements
 -- on the distributed tables are planned for the values at hand
 -- (force_custom_plan): the service's sessions force generic plans, with
 -- which Citus cannot route a statement whose route is a parameter.
@@ -14,7 +16,7 @@
 -- call waited) fails with a serialization error rather than write into a
 -- copy that is about to be dropped.
 CREATE OR REPLACE FUNCTION pglimit_local_shard(p_table regclass, p_route integer)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     shard bigint := get_shard_id_for_distribution_column(p_table, p_route);
 BEGIN
@@ -28,7 +30,7 @@ BEGIN
 END
 $$;
 
--- pglimit_check_batch (migrations/) for buckets whose shards are all on
+-- pglimit_check_batch (sql/batch.sql) for buckets whose shards are all on
 -- one worker (p_routes: each bucket's route; p_route: any of them, which
 -- sends the call to that worker): the same decisions, arguments and
 -- answers. It reads and writes the shards' tables directly, route by route
@@ -56,7 +58,7 @@ CREATE OR REPLACE FUNCTION pglimit_check_node(
     o_retry_at  timestamptz,
     o_now       timestamptz,
     o_blocked   boolean
-) LANGUAGE plpgsql AS $$
+) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, now());
     now_us  bigint := pglimit_us(v_now);
@@ -64,12 +66,8 @@ DECLARE
     rs integer[] := ARRAY(SELECT DISTINCT x FROM unnest(p_routes) AS x ORDER BY 1);
     r integer; ri integer; buckets text[]; blocks text[]; k_route integer[]; r_keys bytea[];
     s_key bytea[]; s_count bigint[]; s_prev bigint[]; s_exp bigint[]; s_tat bigint[]; s_log jsonb[]; s_block bigint[];
-    k_key bytea[]; k_count bigint[]; k_prev bigint[]; k_exp bigint[]; k_tat bigint[]; k_log jsonb[];
-    k_dirty boolean[]; k_block bigint[]; k_locked boolean[]; k_name text[];
-    pos     integer[];
-    a_allowed boolean[]; a_rem bigint[]; a_full bigint[]; a_retry bigint[]; a_blocked boolean[];
-    t_count bigint[]; t_prev bigint[]; t_exp bigint[]; t_tat bigint[]; t_log jsonb[];
-    b integer := 1; first_b integer; i integer; j integer; admit boolean; v record; until_us bigint;
+    k_key bytea[]; k_count bigint[]; k_prev bigint[]; k_exp bigint[]; k_tat bigint[]; k_log jsonb[]; k_block bigint[];
+    pos integer[]; d record;
 BEGIN
     IF coalesce(n, 0) = 0 THEN
         RETURN;
@@ -97,53 +95,9 @@ BEGIN
         k_exp := k_exp || s_exp; k_tat := k_tat || s_tat; k_log := k_log || s_log; k_block := k_block || s_block;
         k_route := k_route || array_fill(r, ARRAY[cardinality(s_key)]);
     END LOOP;
-    k_dirty := array_fill(false, ARRAY[cardinality(k_key)]);
-    k_locked := array_fill(false, ARRAY[cardinality(k_key)]);
-    k_name := array_fill(NULL::text, ARRAY[cardinality(k_key)]);
     pos := ARRAY(SELECT array_position(k_key, u.key) FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
-
-    WHILE b <= n LOOP
-        first_b := b;
-        WHILE b < n AND p_checks[b + 1] = p_checks[first_b] LOOP b := b + 1; END LOOP;
-        admit := p_costs[first_b] > 0;
-        FOR i IN first_b..b LOOP
-            j := pos[i];
-            v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
-                                CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
-                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, true);
-            a_blocked[i] := k_block[j] IS NOT NULL;
-            admit := admit AND v.allowed AND NOT a_blocked[i];
-            a_allowed[i] := v.allowed AND NOT a_blocked[i];
-            a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
-            t_count[i] := v.n_count; t_prev[i] := v.n_prev; t_exp[i] := v.n_expires; t_tat[i] := v.n_tat;
-            t_log[i] := CASE WHEN p_algos[i] = 2 THEN to_jsonb(v.n_log) END;
-        END LOOP;
-        FOR i IN first_b..b LOOP
-            j := pos[i];
-            IF admit THEN
-                k_count[j] := t_count[i]; k_prev[j] := t_prev[i]; k_exp[j] := t_exp[i];
-                k_tat[j] := t_tat[i]; k_log[j] := t_log[i]; k_dirty[j] := true;
-                CONTINUE;
-            END IF;
-            v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
-                                CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
-                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, false);
-            a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
-            IF NOT a_blocked[i] AND NOT a_allowed[i] AND coalesce(p_block_for_ms[i], 0) > 0 THEN
-                k_block[j] := greatest(coalesce(k_block[j], 0), now_us + p_block_for_ms[i] * 1000);
-                k_locked[j] := true;
-                k_name[j] := p_names[i];
-            END IF;
-            IF a_blocked[i] OR k_locked[j] THEN
-                a_blocked[i] := true;
-                until_us := k_block[j];
-                a_rem[i] := 0;
-                a_retry[i] := greatest(coalesce(a_retry[i], 0), until_us);
-                a_full[i] := greatest(a_full[i], until_us);
-            END IF;
-        END LOOP;
-        b := b + 1;
-    END LOOP;
+    d := pglimit_decide_batch(p_checks, pos, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names,
+                              now_us, k_count, k_prev, k_exp, k_tat, k_log, k_block);
 
     FOR ri IN 1..cardinality(rs) LOOP
         EXECUTE format('UPDATE %s t SET
@@ -151,8 +105,8 @@ BEGIN
             log = CASE WHEN s.lg IS NULL THEN NULL ELSE pglimit_log_of(s.lg) END
         FROM unnest($2, $3, $4, $5, $6, $7, $8, $9) AS s(key, c, p, e, tt, lg, dirty, route)
         WHERE s.dirty AND s.route = $1 AND t.route = $1 AND t.key = s.key', buckets[ri])
-        USING rs[ri], k_key, k_count, k_prev, k_exp, k_tat, k_log, k_dirty, k_route;
-        CONTINUE WHEN NOT true = ANY (k_locked);
+        USING rs[ri], k_key, d.k_count, d.k_prev, d.k_exp, d.k_tat, d.k_log, d.k_dirty, k_route;
+        CONTINUE WHEN NOT true = ANY (d.k_locked);
         EXECUTE format('INSERT INTO %s AS k (route, key, until, kind, policy, bucket)
         SELECT $1, s.key, pglimit_ts(s.until_us), ''lockout'', split_part(s.name, ''/'', 1), split_part(s.name, ''/'', 2)
         FROM unnest($2, $3, $4, $5, $6) AS s(key, until_us, locked, name, route)
@@ -160,12 +114,12 @@ BEGIN
         ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = ''lockout'',
             policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
         WHERE k.until < EXCLUDED.until', blocks[ri])
-        USING rs[ri], k_key, k_block, k_locked, k_name, k_route;
+        USING rs[ri], k_key, d.k_block, d.k_locked, d.k_name, k_route;
     END LOOP;
 
     RETURN QUERY
     SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
-    FROM unnest(a_allowed, a_rem, a_full, a_retry, a_blocked) WITH ORDINALITY AS r(al, rem, fu, re, bl, o);
+    FROM unnest(d.a_allowed, d.a_rem, d.a_full, d.a_retry, d.a_blocked) WITH ORDINALITY AS r(al, rem, fu, re, bl, o);
 END
 $$;
 
@@ -185,7 +139,7 @@ CREATE OR REPLACE FUNCTION pglimit_refund_node(
     p_costs      bigint[],
     p_at         timestamptz,
     p_resets     timestamptz[]
-) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan SET search_path FROM CURRENT AS $$
 DECLARE
     at_us bigint := pglimit_us(p_at);
     i integer; k bytea; kr integer; cost bigint; reset timestamptz; win bigint; end_us bigint; step bigint; lg bigint[]; x integer;
@@ -202,7 +156,7 @@ BEGIN
             UPDATE pglimit_buckets SET count = greatest(count - cost, 0)
             WHERE route = kr AND key = k AND expires_at = reset;
         ELSIF p_algos[i] = 1 THEN  -- sliding window: the current window, or the previous one since
-            end_us := div(at_us, win) * win + win;
+            end_us := pglimit_sliding_start(at_us, win) + win;
             UPDATE pglimit_buckets SET
                 count      = CASE WHEN pglimit_us(expires_at) - win = end_us
                                   THEN greatest(count - cost, 0) ELSE count END,
@@ -219,7 +173,7 @@ BEGIN
             END LOOP;
             UPDATE pglimit_buckets SET log = lg WHERE route = kr AND key = k;
         ELSIF p_algos[i] = 3 THEN  -- token bucket: the theoretical arrival time moves back
-            step := greatest(win / greatest(p_limits[i], 1), 1) * cost;
+            step := pglimit_token_step(win, p_limits[i]) * cost;
             UPDATE pglimit_buckets SET tat_us = tat_us - step, expires_at = pglimit_ts(tat_us - step)
             WHERE route = kr AND key = k AND tat_us IS NOT NULL;
         END IF;
@@ -230,7 +184,7 @@ $$;
 -- The cleanup, one route at a time (a distributed DELETE with SKIP LOCKED
 -- is refused): expired buckets, then ended blocks.
 CREATE OR REPLACE FUNCTION pglimit_cleanup_route(p_route integer, p_limit integer)
-RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan SET search_path FROM CURRENT AS $$
 DECLARE
     gone bigint; more bigint;
 BEGIN
@@ -249,7 +203,7 @@ $$;
 -- Whether the worker holding a route answers: the health probe calls it for
 -- every route, since the coordinator answering says nothing of the workers.
 CREATE OR REPLACE FUNCTION pglimit_ping_route(p_route integer)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM FROM pglimit_buckets WHERE route = p_route LIMIT 1;
     RETURN p_route;

@@ -48,7 +48,7 @@ pub enum Citus {
 /// Distributes the tables; run once, by whichever instance comes first.
 const SETUP: &str = include_str!("setup.sql");
 /// The functions each call runs on one shard; replaced at every start.
-const FUNCTIONS: &str = include_str!("functions.sql");
+pub(super) const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// Gives back what one part of a denied check took; see `functions.sql`.
 const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";
@@ -108,8 +108,12 @@ fn moved(e: &sqlx::Error) -> bool {
 
 /// Whether to use Citus mode, per `wanted` and the database; in Citus mode,
 /// distributes the tables if no instance did yet, (re)creates the
-/// functions, and returns the routes.
-pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Option<Routes>, sqlx::Error> {
+/// functions in the schema first on `search_path`, and returns the routes.
+pub(super) async fn setup(
+    conn: &mut PgConnection,
+    wanted: Citus,
+    search_path: &str,
+) -> Result<Option<Routes>, sqlx::Error> {
     // A simple-protocol query prepares nothing, so it is safe behind any pooler.
     let installed =
         conn.fetch_one("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").await?;
@@ -137,6 +141,7 @@ pub(super) async fn setup(conn: &mut PgConnection, wanted: Citus) -> Result<Opti
         tracing::info!("Citus: distributing pglimit_buckets and pglimit_blocks by route");
         sqlx::raw_sql(SETUP).execute(&mut *tx).await?;
     }
+    sqlx::query("SELECT set_config('search_path', $1, true)").bind(search_path).execute(&mut *tx).await?;
     sqlx::raw_sql(FUNCTIONS).execute(&mut *tx).await?;
     tx.commit().await?;
     let routes: Vec<(i32,)> =

@@ -11,7 +11,7 @@
 -- until we commit. With every key distinct, each bucket's next state
 -- depends only on its own row and on whether its check is admitted (all of
 -- its buckets fit, none is blocked, cost > 0): so every bucket is decided
--- at once, by the arithmetic of pglimit_decide written as expressions.
+-- at once, by the functions of algorithms.sql.
 -- The random-trace tests compare both functions with the Rust model.
 CREATE FUNCTION pglimit_check_distinct(
     p_checks       integer[],
@@ -44,46 +44,42 @@ BEGIN
     SELECT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1
     ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
 
-    -- Written for the executor: each row's times converted once (the
-    -- conversion functions are not inlined), subqueries in MATERIALIZED
-    -- steps so that they run once per row however often their result is read.
+    -- Written for the executor: each row's times converted once, and
+    -- subqueries in MATERIALIZED steps so that they run once per row
+    -- however often their result is read.
     RETURN QUERY
     WITH cur AS MATERIALIZED (
         SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.pos::integer AS pos,
                b.count, b.prev_count, b.tat_us, b.log,
-               (extract(epoch FROM b.expires_at) * 1000000)::bigint AS exp_us,
-               (SELECT (extract(epoch FROM k.until) * 1000000)::bigint FROM pglimit_blocks k
+               pglimit_us(b.expires_at) AS exp_us,
+               (SELECT pglimit_us(k.until) FROM pglimit_blocks k
                 WHERE k.key = r.key AND k.until > v_now) AS until_us
         FROM unnest(p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names)
              WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, pos)
         JOIN pglimit_buckets b ON b.key = r.key
     ), st AS MATERIALIZED (
-        -- Each algorithm's state as it stands now (see pglimit_decide); a
+        -- Each algorithm's state as it stands now (algorithms.sql); a
         -- sliding window's current window ends at sw_start + win, and its
         -- row's expires_at one window later.
         SELECT c.*,
-               CASE WHEN c.exp_us > now_us THEN c.count ELSE 0 END AS f_c,
-               CASE WHEN c.exp_us > now_us THEN c.exp_us ELSE now_us + c.win END AS f_end,
-               now_us / c.win * c.win AS sw_start,
-               CASE WHEN c.exp_us = now_us / c.win * c.win + 2 * c.win THEN c.count ELSE 0 END AS sw_c,
-               CASE WHEN c.exp_us = now_us / c.win * c.win + 2 * c.win THEN c.prev_count
-                    WHEN c.exp_us = now_us / c.win * c.win + c.win THEN c.count ELSE 0 END AS sw_p,
-               CASE WHEN c.algo = 2 THEN ARRAY(
-                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE x > now_us - c.win ORDER BY x)
-               END AS lg,
-               greatest(coalesce(c.tat_us, now_us), now_us) AS tb_tat,
-               greatest(c.win / greatest(c.lim, 1), 1) AS tb_step
+               pglimit_fixed_count(c.count, c.exp_us, now_us) AS f_c,
+               pglimit_fixed_end(c.exp_us, now_us, c.win) AS f_end,
+               pglimit_sliding_start(now_us, c.win) AS sw_start,
+               pglimit_sliding_current(c.count, c.exp_us, now_us, c.win) AS sw_c,
+               pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, now_us, c.win) AS sw_p,
+               CASE WHEN c.algo = 2 THEN pglimit_log_live(c.log, now_us, c.win) END AS lg,
+               pglimit_token_tat(c.tat_us, now_us) AS tb_tat,
+               pglimit_token_step(c.win, c.lim) AS tb_step
         FROM cur c
     ), cur2 AS (
-        SELECT s.*, CASE WHEN s.algo = 1
-                         THEN div(s.sw_p::numeric * (s.win - (now_us - s.sw_start)), s.win)::bigint END AS sw_w
+        SELECT s.*, CASE WHEN s.algo = 1 THEN pglimit_sliding_weight(s.sw_p, s.win, now_us) END AS sw_w
         FROM st s
     ), cur3 AS (
         SELECT c.*,
                CASE c.algo WHEN 0 THEN c.f_c + c.cost <= c.lim
                            WHEN 1 THEN c.sw_w + c.sw_c + c.cost <= c.lim
                            WHEN 2 THEN cardinality(c.lg) + c.cost <= c.lim
-                           WHEN 3 THEN c.tb_tat + c.cost * c.tb_step - now_us <= c.tb_step * c.lim
+                           WHEN 3 THEN pglimit_token_fits(c.tb_tat, c.cost * c.tb_step, c.tb_step * c.lim, now_us)
                END AS fit
         FROM cur2 c
     ), dec AS (
@@ -116,10 +112,7 @@ BEGIN
             END AS full_us,
             CASE WHEN d.fit THEN NULL ELSE CASE d.algo
                 WHEN 0 THEN d.f_end
-                WHEN 1 THEN CASE WHEN d.sw_c + d.cost <= d.lim
-                                 THEN d.sw_start + pglimit_sliding_earliest(d.win, d.sw_p, d.lim - d.sw_c - d.cost)
-                                 ELSE d.sw_start + d.win
-                                      + pglimit_sliding_earliest(d.win, d.sw_c, greatest(d.lim - d.cost, 0)) END
+                WHEN 1 THEN pglimit_sliding_retry(d.lim, d.win, d.sw_start, d.sw_c, d.sw_p, d.cost)
                 WHEN 2 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim] + d.win, now_us)
                 WHEN 3 THEN d.tb_tat + d.cost * d.tb_step - d.tb_step * d.lim
             END END AS retry_us,
@@ -129,8 +122,7 @@ BEGIN
         UPDATE pglimit_buckets t SET
             count      = CASE f.algo WHEN 0 THEN f.f_c + f.cost WHEN 1 THEN f.sw_c + f.cost ELSE 0 END,
             prev_count = CASE WHEN f.algo = 1 THEN f.sw_p ELSE 0 END,
-            expires_at = timestamptz 'epoch'
-                         + (CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END) * interval '1 microsecond',
+            expires_at = pglimit_ts(CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END),
             tat_us     = CASE WHEN f.algo = 3 THEN f.full_us END,
             log        = CASE WHEN f.algo = 2 THEN f.n_lg END
         FROM fig f WHERE f.admit AND t.key = f.key
@@ -138,7 +130,7 @@ BEGIN
         -- Lockouts, in key order like every other lock here. An operator's
         -- block that ends later is kept as it is.
         INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
-        SELECT f.key, timestamptz 'epoch' + f.block_us * interval '1 microsecond', 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
+        SELECT f.key, pglimit_ts(f.block_us), 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
         FROM fig f WHERE f.locks ORDER BY f.key
         ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
             policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
@@ -146,10 +138,9 @@ BEGIN
     )
     SELECT f.pos, f.fit AND f.until_us IS NULL,
            CASE WHEN f.block_us IS NULL THEN f.rem ELSE 0 END,
-           timestamptz 'epoch' + greatest(f.full_us, f.block_us) * interval '1 microsecond',
-           timestamptz 'epoch' + (CASE WHEN f.block_us IS NULL THEN f.retry_us
-                                       ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END)
-                                 * interval '1 microsecond',
+           pglimit_ts(greatest(f.full_us, f.block_us)),
+           pglimit_ts(CASE WHEN f.block_us IS NULL THEN f.retry_us
+                           ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END),
            v_now, f.block_us IS NOT NULL
     FROM fig f ORDER BY f.pos;
 END
