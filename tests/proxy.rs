@@ -1,84 +1,47 @@
 //! pglimit behind a real nginx (Debian's package): `auth_request` to
 //! `/auth/edge` of a real pglimit process on a real PostgreSQL, with the
-//! configuration the README shows.
+//! policy and the configuration docs/proxies.md shows, read from it.
 
 mod common;
 
 use std::path::Path;
 
+use common::docs::{fenced_block, replaced};
 use common::process::{http_client, start, temp_dir};
 
 const TOKEN: &str = "nginx-proxy-token";
+const GUIDE: &str = "docs/proxies.md";
 
-const POLICIES: &str = r#"
-[policies.edge]
-identifiers = { ip = "ip" }
-[[policies.edge.buckets]]
-name = "ip"
-on = ["ip"]
-limit = 5
-window = "1m"
-[policies.edge.forward_auth]
-ip = { header = "x-forwarded-for", trusted_hops = 1 }
-cost_header = "x-ratelimit-cost"
-deny_status = 403
-"#;
+/// The guide's `edge` policy, limited to 5 a minute per client address.
+fn policies() -> String {
+    fenced_block(GUIDE, "toml", "[policies.edge.forward_auth]")
+}
 
-/// The README's nginx configuration: every request to /login asks pglimit
-/// first; a 403 from it becomes a 429 carrying pglimit's Retry-After.
+/// The guide's nginx configuration: every request to /login asks pglimit
+/// first; a 403 from it becomes a 429 carrying pglimit's Retry-After. The
+/// test adds where nginx listens and the page it protects, and fills in
+/// pglimit's address and token.
 fn server(pglimit: &str, port: u16, dir: &Path) -> String {
     let www = dir.join("www");
     std::fs::create_dir_all(&www).expect("www");
     std::fs::write(www.join("welcome.txt"), "welcome\n").expect("the protected page");
     let root = www.to_str().expect("a UTF-8 path");
-    format!(
-        r#"
-  upstream pglimit {{ server {pglimit}; keepalive 8; }}
-  server {{
-    listen 127.0.0.1:{port};
-    root {root};
-
-    location = /login {{
-      auth_request /_pglimit;
-      auth_request_set $ratelimit $upstream_http_ratelimit;
-      auth_request_set $retry_after $upstream_http_retry_after;
-      add_header RateLimit $ratelimit always;
-      error_page 403 = @rate_limited;
-      try_files /welcome.txt =404;
-    }}
-
-    location = /_pglimit {{
-      internal;
-      proxy_pass http://pglimit/auth/edge;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host localhost;
-      proxy_pass_request_body off;
-      proxy_set_header Content-Length "";
-      proxy_set_header Authorization "Bearer {TOKEN}";
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Ratelimit-Cost 1;
-    }}
-
-    location @rate_limited {{
-      add_header Retry-After $retry_after always;
-      add_header RateLimit $ratelimit always;
-      return 429 "rate limited\n";
-    }}
-  }}"#
-    )
+    let config = fenced_block(GUIDE, "nginx", "auth_request");
+    let config = replaced(&config, "server 127.0.0.1:8080;", &format!("server {pglimit};"));
+    let config = replaced(&config, "<one of PGLIMIT_API_TOKENS>", TOKEN);
+    replaced(&config, "server {\n", &format!("server {{\n    listen 127.0.0.1:{port};\n    root {root};\n"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_through_nginx_gets_five_pages_then_429_whatever_headers_it_forges() {
     let dir = temp_dir("behind-nginx");
-    let policies = dir.join("policies.toml");
-    std::fs::write(&policies, POLICIES).expect("policy file");
+    let policy_file = dir.join("policies.toml");
+    std::fs::write(&policy_file, policies()).expect("policy file");
     let url = common::fresh_database().await;
     let envs = [
         ("DATABASE_URL", url.as_str()),
         ("PGLIMIT_KEY_SECRET", common::SECRET),
-        ("PGLIMIT_POLICIES", policies.to_str().expect("a UTF-8 path")),
+        ("PGLIMIT_POLICIES", policy_file.to_str().expect("a UTF-8 path")),
         ("PGLIMIT_API_TOKENS", TOKEN),
     ];
     let pglimit = start(&envs, &dir);

@@ -4,6 +4,7 @@
 use axum::http::StatusCode;
 use serde_json::json;
 
+use crate::common::docs::fenced_block;
 use crate::common::{call, check, fresh_database, login, remaining, try_instance, unique};
 use pglimit::storage::{Citus, Reach};
 
@@ -12,19 +13,33 @@ async fn app_role(admin_url: &str) -> String {
     app_role_in(admin_url, "public").await
 }
 
+/// The README's grants (read from it, the role and schema put in), one
+/// statement each.
+fn readme_grants(role: &str, schema: &str) -> Vec<String> {
+    let block = fenced_block("README.md", "sql", "GRANT USAGE ON SCHEMA public TO pglimit_app");
+    let in_schema = format!("SCHEMA \"{schema}\"");
+    let statements: Vec<String> = block
+        .lines()
+        .filter(|line| !line.trim().is_empty() && !line.trim_start().starts_with("--"))
+        .map(|line| line.replace("SCHEMA public", &in_schema).replace("pglimit_app", role))
+        .collect();
+    let whole = |s: &String| s.ends_with(';') && s.contains(role) && s.contains(&in_schema);
+    assert!(statements.len() >= 3 && statements.iter().all(whole), "{statements:?}");
+    statements
+}
+
 /// As [`app_role`], with pglimit's objects in `schema`.
 async fn app_role_in(admin_url: &str, schema: &str) -> String {
     let role = unique("app").replace('-', "_");
     let admin = sqlx::PgPool::connect(admin_url).await.expect("admin");
     let database: (String,) =
         sqlx::query_as("SELECT current_database()").fetch_one(&admin).await.expect("db");
-    for grant in [
+    let mut grants = vec![
         format!("CREATE ROLE {role} LOGIN PASSWORD 'app-password'"),
         format!("GRANT CONNECT ON DATABASE {} TO {role}", database.0),
-        format!("GRANT USAGE ON SCHEMA \"{schema}\" TO {role}"),
-        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO {role}"),
-        format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA \"{schema}\" TO {role}"),
-    ] {
+    ];
+    grants.extend(readme_grants(&role, schema));
+    for grant in grants {
         sqlx::query(&grant).execute(&admin).await.unwrap_or_else(|e| panic!("{grant}: {e}"));
     }
     admin.close().await;

@@ -7,6 +7,7 @@
 // Each test binary uses a different part of this harness.
 #![allow(dead_code)]
 
+pub mod docs;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod process;

@@ -15,7 +15,7 @@
 //! once; if any part is denied, the parts that were admitted give back what
 //! they took ([`refund`]). All or nothing holds, and no limit is ever
 //! exceeded: between the taking and the giving back, another check may be
-//! denied by a bucket that is only momentarily full (README, "Scaling out").
+//! denied by a bucket that is only momentarily full (docs/scaling.md, "Design").
 
 mod parts;
 
@@ -32,8 +32,8 @@ use super::statements;
 use crate::storage::{Answer, CheckBatch, Key};
 pub(super) use parts::{merge, split, Part};
 
-/// Citus mode (README, "Scaling out"): counters distributed by route, each
-/// call on one shard.
+/// Citus mode (docs/scaling.md, "When and how"): counters distributed by
+/// route, each call on one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Citus {
     /// On when the database has the citus extension.
