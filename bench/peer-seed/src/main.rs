@@ -30,6 +30,7 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
+use peer_common::{parse_window, reply};
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::{postgres::PgPoolOptions, PgPool};
@@ -58,10 +59,6 @@ struct CheckBody {
     limit: i64,
     window: String,
 }
-
-#[path = "../../peer-common.rs"]
-mod common;
-use common::{parse_window, reply};
 
 async fn check(State(pool): State<PgPool>, body: Bytes) -> Response {
     let Ok(request) = serde_json::from_slice::<CheckBody>(&body) else {

@@ -1,6 +1,6 @@
 //! The report of `bench/run`: turns its measurements into one Markdown table.
 //!
-//! `cargo run --release --example report -- RESULTS_DIR META_FILE OUT.md`
+//! `bench-report RESULTS_DIR META_FILE OUT.md`
 //!
 //! RESULTS_DIR holds one directory per measurement (`meta`, `kind`,
 //! `statements`, and `pgbench.out` + `txlog.*` or `wrk.out` + `probe.*` +
@@ -27,19 +27,12 @@
 //! before the curve.
 
 // Modules of their own, so that this file does not grow further.
-#[path = "report/curve.rs"]
 mod curve;
-#[path = "report/phases.rs"]
 mod phases;
-#[path = "report/policies.rs"]
 mod policies;
-#[path = "report/pooler.rs"]
 mod pooler;
-#[path = "report/proxies.rs"]
 mod proxies;
-#[path = "report/slow.rs"]
 mod slow;
-#[path = "report/targets.rs"]
 mod targets;
 
 use std::cmp::Ordering;
@@ -436,7 +429,7 @@ fn mib(kib: Option<&String>) -> String {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [results_dir, meta_file, out_file] = args.as_slice() else {
-        eprintln!("usage: cargo run --release --example report -- RESULTS_DIR META_FILE OUT.md");
+        eprintln!("usage: bench-report RESULTS_DIR META_FILE OUT.md");
         return ExitCode::from(2);
     };
     let meta = match std::fs::read_to_string(meta_file) {
