@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # its settings are read by bench/run
-# Sourced by bench/run, whose settings and functions it uses: issue 16's
-# scenarios (pglimit's policies and algorithms, their raw baseline, the
-# concurrency curve), the seed service, issue 26's checks during a stream of
+# Sourced by bench/run, whose settings and functions it uses: the policy and
+# algorithm scenarios (pglimit's policies and algorithms, their raw baseline,
+# the concurrency curve), the seed service, the checks during a stream of
 # resets and the build of bench/'s workspace, kept apart so that run stays
 # readable.
 
@@ -32,7 +32,7 @@ CONTACT_RECIPIENTS=4000000
 # load, and BENCH_POOL in check.lua).
 POOL_RATE=20000
 
-# deny-resets (issue 26): the deny path on this many keys, all remembered by
+# deny-resets: the deny path on this many keys, all remembered by
 # the deny cache before it starts (as during an attack), while one client
 # resets other keys back to back: every reset is forgotten by the instance
 # against a cache this full, under the lock its checks take.
@@ -66,8 +66,8 @@ curve_extra_points() {
 }
 
 # Sets the check.lua mode (MODE), algorithm (ALGORITHM) and ad hoc limit
-# (LIMIT) of SCENARIO, one of issue 16's; returns 1 for the others.
-new_scenario_mode() {
+# (LIMIT) of SCENARIO, a policy or algorithm scenario; returns 1 for the others.
+policy_scenario_mode() {
     ALGORITHM="" LIMIT=1000000000
     case $1 in
         allow-login) MODE=login ;;
@@ -85,7 +85,7 @@ new_scenario_mode() {
 # The probe body of MODE after a measurement numbered SEQ: identities of
 # their own, so that no probe is denied for an earlier one (the contact limit
 # is 3 a day). Prints nothing for the modes run handles itself.
-new_probe_body() {
+policy_probe_body() {
     case $1 in
         login | mixed)
             echo "{\"policy\":\"login\",\"identifiers\":{\"email\":\"probe$SEQ@example.org\",\"ip\":\"198.18.0.1\"}}" ;;
@@ -110,9 +110,9 @@ pgbench_script_args() {
 
 # --- measurements ------------------------------------------------------------
 
-# pglimit's (or its twins') issue 16 scenarios at every client count.
+# pglimit's (or its twins') policy and algorithm scenarios at every client count.
 # SCENARIOS: which (default all of them).
-run_new_scenarios() {
+run_policy_scenarios() {
     local system=$1 url=$2 scenarios=${3:-"$POLICY_SCENARIOS $ALGORITHM_SCENARIOS"} c s
     for c in $CONCURRENCY; do
         for s in $scenarios; do

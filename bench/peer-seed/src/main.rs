@@ -11,7 +11,7 @@
 //!
 //! `peer-seed [DATABASE_URL [BIND]]`, else the environment: DATABASE_URL
 //! (required), PEER_BIND (default 127.0.0.1:8092), PEER_POOL_SIZE (default
-//! 32, issue 16's seed design).
+//! 32, as the seed design has it).
 //!
 //! Choices: a fixed window anchored to the first check of a key (as the
 //! reference upsert: it resets when `reset_at` has passed); every check
