@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # its settings are read by bench/run
-# Sourced by bench/run, whose settings and functions it uses: issue 16's
-# scenarios (pglimit's policies and algorithms, their raw baseline, the
-# concurrency curve), the seed service and issue 26's checks during a stream
-# of resets, kept apart so that run stays readable.
+# Sourced by bench/run, whose settings and functions it uses: the policy and
+# algorithm scenarios (pglimit's policies and algorithms, their raw baseline,
+# the concurrency curve), the seed service, the checks during a stream of
+# resets and the build of bench/'s workspace, kept apart so that run stays
+# readable.
 
 # --- settings ----------------------------------------------------------------
 
@@ -31,7 +32,7 @@ CONTACT_RECIPIENTS=4000000
 # load, and BENCH_POOL in check.lua).
 POOL_RATE=20000
 
-# deny-resets (issue 26): the deny path on this many keys, all remembered by
+# deny-resets: the deny path on this many keys, all remembered by
 # the deny cache before it starts (as during an attack), while one client
 # resets other keys back to back: every reset is forgotten by the instance
 # against a cache this full, under the lock its checks take.
@@ -65,8 +66,8 @@ curve_extra_points() {
 }
 
 # Sets the check.lua mode (MODE), algorithm (ALGORITHM) and ad hoc limit
-# (LIMIT) of SCENARIO, one of issue 16's; returns 1 for the others.
-new_scenario_mode() {
+# (LIMIT) of SCENARIO, a policy or algorithm scenario; returns 1 for the others.
+policy_scenario_mode() {
     ALGORITHM="" LIMIT=1000000000
     case $1 in
         allow-login) MODE=login ;;
@@ -84,7 +85,7 @@ new_scenario_mode() {
 # The probe body of MODE after a measurement numbered SEQ: identities of
 # their own, so that no probe is denied for an earlier one (the contact limit
 # is 3 a day). Prints nothing for the modes run handles itself.
-new_probe_body() {
+policy_probe_body() {
     case $1 in
         login | mixed)
             echo "{\"policy\":\"login\",\"identifiers\":{\"email\":\"probe$SEQ@example.org\",\"ip\":\"198.18.0.1\"}}" ;;
@@ -109,9 +110,9 @@ pgbench_script_args() {
 
 # --- measurements ------------------------------------------------------------
 
-# pglimit's (or its twins') issue 16 scenarios at every client count.
+# pglimit's (or its twins') policy and algorithm scenarios at every client count.
 # SCENARIOS: which (default all of them).
-run_new_scenarios() {
+run_policy_scenarios() {
     local system=$1 url=$2 scenarios=${3:-"$POLICY_SCENARIOS $ALGORITHM_SCENARIOS"} c s
     for c in $CONCURRENCY; do
         for s in $scenarios; do
@@ -193,20 +194,23 @@ reset_stream() {
 
 # --- builds and checks -------------------------------------------------------
 
-# The seed service and the chart, each its own Cargo project (like the
-# runlimit peer): binaries copied to SEED_BIN and CHART_BIN.
-build_seed_and_chart() {
-    # The seed service beside the runlimit peer, whose dependencies it shares.
-    log "building bench/peer-seed (cargo build --release)"
-    cargo build --release --locked --quiet --manifest-path bench/peer-seed/Cargo.toml --target-dir "$TARGET_DIR/peers"
-    log "building bench/chart (cargo build --release)"
-    cargo build --release --locked --quiet --manifest-path bench/chart/Cargo.toml --target-dir "$TARGET_DIR/chart"
-    [ -x "$TARGET_DIR/peers/release/peer-seed" ] || die "the seed service was not found after the build"
-    [ -x "$TARGET_DIR/chart/release/bench-chart" ] || die "the chart program was not found after the build"
-    SEED_BIN=$WORK/bin/peer-seed
+# bench/'s own Cargo workspace (bench/Cargo.toml, one Cargo.lock): the
+# report, the chart and the two Rust peers, in one build into a target
+# directory of their own, so that none of it touches pglimit's build (a first
+# build takes a few minutes on 2 cores; later ones are incremental). The
+# binaries are copied to REPORT_BIN, CHART_BIN, RUNLIMIT_BIN and SEED_BIN.
+build_bench_workspace() {
+    local dir=$TARGET_DIR/bench bin
+    log "building the report, the chart and the Rust peers (cargo build --release, bench/Cargo.toml)"
+    cargo build --release --locked --quiet --manifest-path bench/Cargo.toml --target-dir "$dir"
+    for bin in bench-report bench-chart peer-runlimit peer-seed; do
+        [ -x "$dir/release/$bin" ] || die "$bin was not found in $dir/release after the build"
+        cp "$dir/release/$bin" "$WORK/bin/$bin"
+    done
+    REPORT_BIN=$WORK/bin/bench-report
     CHART_BIN=$WORK/bin/bench-chart
-    cp "$TARGET_DIR/peers/release/peer-seed" "$SEED_BIN"
-    cp "$TARGET_DIR/chart/release/bench-chart" "$CHART_BIN"
+    RUNLIMIT_BIN=$WORK/bin/peer-runlimit
+    SEED_BIN=$WORK/bin/peer-seed
     # The chart's font (ab_glyph reads a TTF; no fontconfig, no X).
     CHART_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
     [ -f "$CHART_FONT" ] || apt_install fonts-dejavu-core

@@ -1,6 +1,6 @@
 # bench/ab's AB_SLOW line: the slowest 0.1% of a measurement's checks, from
 # pglimit's GET /admin/slow-checks (the input), given wrk's request count
-# ($requests) and the line's head ($head). bench/report/slow.rs computes the
+# ($requests) and the line's head ($head). bench/report/src/slow.rs computes the
 # same for bench/run: keep the two alike.
 #
 # 0.1% is $requests / 1000 rounded up; fewer when the log kept fewer (its

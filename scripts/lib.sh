@@ -91,7 +91,7 @@ target_dir() {
 # a build without them would compile most dependencies a second time (2-3
 # minutes here for --release) into a binary unlike the one the tests ran.
 build_pglimit() {
-    cargo build --locked --quiet "$@" --bin pglimit --example ceiling --example grpc-load --example report
+    cargo build --locked --quiet "$@" --bin pglimit --example ceiling --example grpc-load
 }
 
 # Prints the directory holding initdb, pg_ctl and postgres: the newest

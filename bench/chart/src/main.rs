@@ -4,7 +4,7 @@
 //! `bench-chart DATA.tsv OUT.png [TITLE]`
 //!
 //! DATA.tsv: one point a line, `system<TAB>connections<TAB>requests/s`
-//! (what the report example writes), systems in the order of the legend.
+//! (what bench/report writes), systems in the order of the legend.
 //! The font is a TTF file, `BENCH_CHART_FONT` or else DejaVu Sans from the
 //! Debian package fonts-dejavu-core (bench/run installs it when missing).
 

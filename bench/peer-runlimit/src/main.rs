@@ -43,6 +43,7 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
+use peer_common::{parse_window, reply};
 use runlimit_core::{Check, DecisionView, FixedWindowPolicy, KeyHasher, PolicyId, ScopeId};
 use runlimit_postgres::{PostgresConfig, PostgresLimiter};
 use serde::Deserialize;
@@ -73,10 +74,6 @@ struct Peer {
     policy_id: PolicyId,
     scope_id: ScopeId,
 }
-
-#[path = "../../peer-common.rs"]
-mod common;
-use common::{parse_window, reply};
 
 async fn check(State(peer): State<Arc<Peer>>, body: Bytes) -> Response {
     let invalid = || reply(StatusCode::BAD_REQUEST, json!({"error": "invalid-field"}));

@@ -11,7 +11,7 @@
 //!
 //! `peer-seed [DATABASE_URL [BIND]]`, else the environment: DATABASE_URL
 //! (required), PEER_BIND (default 127.0.0.1:8092), PEER_POOL_SIZE (default
-//! 32, issue 16's seed design).
+//! 32, as the seed design has it).
 //!
 //! Choices: a fixed window anchored to the first check of a key (as the
 //! reference upsert: it resets when `reset_at` has passed); every check
@@ -30,6 +30,7 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
+use peer_common::{parse_window, reply};
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::{postgres::PgPoolOptions, PgPool};
@@ -58,10 +59,6 @@ struct CheckBody {
     limit: i64,
     window: String,
 }
-
-#[path = "../../peer-common.rs"]
-mod common;
-use common::{parse_window, reply};
 
 async fn check(State(pool): State<PgPool>, body: Bytes) -> Response {
     let Ok(request) = serde_json::from_slice::<CheckBody>(&body) else {

@@ -1,6 +1,5 @@
-//! What the Rust peers of bench/run share (each includes this file with
-//! `#[path]`, since each is a Cargo project of its own): reading the request's
-//! window, and answering with a JSON body.
+//! What the Rust peers of bench/run share: reading the request's window, and
+//! answering with a JSON body.
 
 use std::time::Duration;
 

@@ -1,9 +1,11 @@
 //! Behind a connection pooler, in the report of `bench/run`: pglimit behind
 //! Debian's PgBouncer in session and in transaction mode
 //! (`PGLIMIT_DB_POOLER`), each in a database of its own, set against
-//! pglimit's direct connections in the same run (issue 27).
+//! pglimit's direct connections in the same run.
 
-use super::{fixed, int, ms, scenario_label, Record};
+use crate::numbers::{ms, thousands};
+use crate::record::{find, Record};
+use crate::systems::scenario_label;
 
 /// The pooled systems, one per pool mode.
 pub const SYSTEMS: [&str; 2] = ["pglimit-session", "pglimit-transaction"];
@@ -33,15 +35,11 @@ pub fn missing(records: &[Record]) -> Vec<String> {
         for r in records.iter().filter(|r| r.system == "pglimit" && SCENARIOS.contains(&r.scenario.as_str()))
         {
             if find(records, system, &r.scenario, r.concurrency).is_none() {
-                missing.push(format!("{system} {} c={}", r.scenario, super::js_number(r.concurrency)));
+                missing.push(format!("{system} {} c={}", r.scenario, r.concurrency));
             }
         }
     }
     missing
-}
-
-fn find<'a>(records: &'a [Record], system: &str, scenario: &str, concurrency: f64) -> Option<&'a Record> {
-    records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == concurrency)
 }
 
 /// One row per scenario and client count of pglimit's in [`SCENARIOS`]:
@@ -62,16 +60,13 @@ pub fn against_direct(records: &[Record]) -> Option<String> {
         let mut row = format!(
             "| {} | {} | {} | {} |",
             scenario_label(&direct.scenario),
-            super::js_number(direct.concurrency),
-            int(direct.rps),
+            direct.concurrency,
+            thousands(direct.rps),
             ms(direct.p99_us)
         );
         for system in SYSTEMS {
             let (rps, p99, times) = match find(records, system, &direct.scenario, direct.concurrency) {
-                Some(r) if r.rps > 0.0 && direct.rps > 0.0 => {
-                    (int(r.rps), ms(r.p99_us), fixed(r.rps / direct.rps, 2))
-                }
-                Some(r) => (int(r.rps), ms(r.p99_us), String::new()),
+                Some(r) => (thousands(r.rps), ms(r.p99_us), r.times(Some(direct))),
                 None => (String::new(), String::new(), String::new()),
             };
             row.push_str(&format!(" {rps} | {p99} | {times} |"));

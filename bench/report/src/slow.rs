@@ -1,6 +1,5 @@
 //! The slowest checks of each pglimit measurement, in the report of
-//! `bench/run` with `BENCH_SLOW=1` (issue 16: "a bench mode that records the
-//! slowest 0.1% of checks with their phases"): pglimit's slow-check log,
+//! `bench/run` with `BENCH_SLOW=1`: pglimit's slow-check log,
 //! reset before the measurement and read after it (`slow.json`).
 //!
 //! The figures are those of `bench/slow.jq` (bench/ab's `AB_SLOW` line):
@@ -10,7 +9,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{fixed, int, js_number, Record};
+use crate::numbers::thousands;
+use crate::record::Record;
 
 /// The phases of a slow check, as `/admin/slow-checks` names them.
 const PHASES: [&str; 4] = ["total_us", "queue_us", "call_us", "rest_us"];
@@ -77,23 +77,22 @@ phase was each (a tie goes to the earlier of queue, call, rest).
 /// One row per pglimit measurement with a slow-check log.
 pub fn table(records: &[Record]) -> Option<String> {
     let head = "| scenario | clients | checks | total ms (max) | queue ms (max) | call ms (max) | rest ms (max) | dominated by queue · call · rest |\n|---|---:|---:|---:|---:|---:|---:|---:|";
-    super::pglimit_table(records, head, |r| r.slow.as_ref(), row)
+    crate::table::pglimit_table(records, head, |r| r.slow.as_ref(), row)
 }
 
 fn row(r: &Record, s: &Slowest) -> String {
-    let ms =
-        |(median, max): (f64, f64)| format!("{} ({})", fixed(median / 1000.0, 2), fixed(max / 1000.0, 2));
+    let ms = |(median, max): (f64, f64)| format!("{:.2} ({:.2})", median / 1000.0, max / 1000.0);
     let checks = if s.kept < s.want {
         let why = if s.want > s.capacity { "capped" } else { "kept" };
-        format!("{} of {} ({why})", int(s.kept as f64), int(s.want as f64))
+        format!("{} of {} ({why})", thousands(s.kept as f64), thousands(s.want as f64))
     } else {
-        int(s.kept as f64)
+        thousands(s.kept as f64)
     };
     let [queue, call, rest] = s.dominated;
     format!(
         "| {} | {} | {} | {} | {} | {} | {} | {queue} · {call} · {rest} |",
         r.scenario,
-        js_number(r.concurrency),
+        r.concurrency,
         checks,
         ms(s.phases[0]),
         ms(s.phases[1]),

@@ -1,10 +1,12 @@
-//! Issue 16's targets in the report of `bench/run`: one row per target, the
-//! figure this run measured, and whether it was met or by how much it was
-//! missed. Information only: a missed target never fails the run.
+//! The performance targets in the report of `bench/run`: one row per target,
+//! the figure this run measured, and whether it was met or by how much it
+//! was missed. Information only: a missed target never fails the run.
 
 use std::collections::HashMap;
 
-use super::{curve, fixed, js_number, ms, number, policies, Record};
+use crate::numbers::{ms, number, thousands};
+use crate::record::Record;
+use crate::{curve, policies};
 
 /// A target and what this run measured for it.
 struct Target {
@@ -19,7 +21,7 @@ struct Target {
 }
 
 pub const INTRO: &str = "\
-Issue 16's targets in this run (one run: the issue asks the p99 targets of three runs out of three): the figure \
+The performance targets in this run (one run: the p99 targets ask for three runs out of three): the figure \
 of this run for each, *met*, or *missed by* its distance from the bound as a share of the bound. Service CPU per \
 check is the service's CPU µs per request (the CPU column) over the HTTP ceiling's at the same client count, and \
 the deny path's requests/s over the ceiling's; of those and of the algorithms, the worst client count is shown. \
@@ -41,12 +43,12 @@ fn find<'a>(records: &'a [Record], system: &str, scenario: &str, c: f64) -> Opti
     if scenario == "allow-random" {
         return curve::find(records, system, c);
     }
-    records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == c)
+    crate::record::find(records, system, scenario, c)
 }
 
 /// "8 clients", "1 client".
 fn at(c: f64) -> String {
-    format!("{} client{}", js_number(c), if c == 1.0 { "" } else { "s" })
+    format!("{c} client{}", if c == 1.0 { "" } else { "s" })
 }
 
 /// A over B in requests/s at C clients: (value, shown).
@@ -54,12 +56,7 @@ fn ratio(records: &[Record], a: (&str, &str), b: (&str, &str), c: f64) -> (f64, 
     match (find(records, a.0, a.1, c), find(records, b.0, b.1, c)) {
         (Some(x), Some(y)) if x.rps > 0.0 && y.rps > 0.0 => (
             x.rps / y.rps,
-            format!(
-                "{} × ({} against {} requests/s)",
-                fixed(x.rps / y.rps, 2),
-                super::int(x.rps),
-                super::int(y.rps)
-            ),
+            format!("{:.2} × ({} against {} requests/s)", x.rps / y.rps, thousands(x.rps), thousands(y.rps)),
         ),
         _ => (f64::NAN, format!("not measured at {}", at(c))),
     }
@@ -102,10 +99,9 @@ fn seed(records: &[Record], meta: &HashMap<String, String>) -> (f64, String) {
     let points = curve::points(meta);
     worst(
         points.iter().map(|&c| match (curve::find(records, "pglimit", c), curve::find(records, "seed", c)) {
-            (Some(p), Some(s)) if p.rps > 0.0 && s.rps > 0.0 => (
-                p.rps / s.rps,
-                format!("lowest {} × the seed service, at {}", fixed(p.rps / s.rps, 2), at(c)),
-            ),
+            (Some(p), Some(s)) if p.rps > 0.0 && s.rps > 0.0 => {
+                (p.rps / s.rps, format!("lowest {:.2} × the seed service, at {}", p.rps / s.rps, at(c)))
+            }
             _ => (f64::NAN, String::new()),
         }),
         true,
@@ -116,7 +112,7 @@ fn algorithms(records: &[Record]) -> (f64, String) {
     let figures = clients(records).into_iter().flat_map(|c| {
         policies::ALGORITHMS.iter().map(move |a| {
             let (value, _) = ratio(records, ("pglimit", a), ("pglimit", "allow-random"), c);
-            (value, format!("lowest {} × the fixed window: {} at {}", fixed(value, 2), &a[6..], at(c)))
+            (value, format!("lowest {value:.2} × the fixed window: {} at {}", &a[6..], at(c)))
         })
     });
     worst(figures, true)
@@ -128,10 +124,10 @@ fn cpu(records: &[Record]) -> (f64, String) {
             (Some(p), Some(h)) if h.service_us > 0.0 && p.service_us.is_finite() => (
                 p.service_us / h.service_us,
                 format!(
-                    "{} µs against {} µs ({} ×), at {}",
-                    fixed(p.service_us, 1),
-                    fixed(h.service_us, 1),
-                    fixed(p.service_us / h.service_us, 2),
+                    "{:.1} µs against {:.1} µs ({:.2} ×), at {}",
+                    p.service_us,
+                    h.service_us,
+                    p.service_us / h.service_us,
                     at(c)
                 ),
             ),
@@ -152,7 +148,7 @@ fn deny(records: &[Record]) -> (f64, String) {
 fn rss(meta: &HashMap<String, String>) -> (f64, String) {
     let mib = meta.get("pglimit_rss_kib").map_or(f64::NAN, |k| number(k) / 1024.0);
     if mib > 0.0 {
-        (mib, format!("{} MiB", fixed(mib, 1)))
+        (mib, format!("{mib:.1} MiB"))
     } else {
         (f64::NAN, "not measured".to_string())
     }
@@ -216,7 +212,7 @@ fn verdict(t: &Target) -> String {
         return "met".to_string();
     }
     let by = (t.value - t.bound).abs() / t.bound;
-    format!("**missed** by {}%", fixed(100.0 * by, 1))
+    format!("**missed** by {:.1}%", 100.0 * by)
 }
 
 /// The targets table.

@@ -1,10 +1,11 @@
-//! Where a check's time goes, in the report of `bench/run` (issue 16): from
+//! Where a check's time goes, in the report of `bench/run`: from
 //! pglimit's own `pglimit_check_phase_seconds` histograms, scraped from
 //! `/metrics` before and after each measurement, and pg_stat_statements.
 
 use std::path::Path;
 
-use super::{fixed, int, js_number, Record};
+use crate::numbers::thousands;
+use crate::record::Record;
 
 /// One histogram's change over a measurement: bucket bounds (seconds) with
 /// their cumulative counts, the sum and the count.
@@ -94,20 +95,20 @@ slowest checks' own phases: `BENCH_SLOW=1` (*The slowest checks*).
 /// One row per pglimit measurement with phases.
 pub fn table(records: &[Record]) -> Option<String> {
     let head = "| scenario | clients | checks/s | queue ms (p99) | call ms (p99) | statement ms | check ms (p99) | outside ms |\n|---|---:|---:|---:|---:|---:|---:|---:|";
-    super::pglimit_table(records, head, |r| r.phases.as_ref(), row)
+    crate::table::pglimit_table(records, head, |r| r.phases.as_ref(), row)
 }
 
 fn row(r: &Record, p: &Phases) -> String {
-    let both = |h: &Histogram| format!("{} ({})", fixed(h.mean_ms(), 2), fixed(h.p99_ms(), 1));
+    let both = |h: &Histogram| format!("{:.2} ({:.1})", h.mean_ms(), h.p99_ms());
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {:.3} | {} | {:.2} |",
         r.scenario,
-        js_number(r.concurrency),
-        int(r.rps),
+        r.concurrency,
+        thousands(r.rps),
         both(&p.queue),
         both(&p.call),
-        fixed(r.exec_ms_per_statement, 3),
+        r.exec_ms_per_statement,
         both(&p.check),
-        fixed(r.mean_us / 1000.0 - p.check.mean_ms(), 2),
+        r.mean_us / 1000.0 - p.check.mean_ms(),
     )
 }

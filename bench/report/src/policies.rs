@@ -1,13 +1,15 @@
-//! Policies and algorithms in the report of `bench/run` (issue 16): the
+//! Policies and algorithms in the report of `bench/run`: the
 //! shipped `login` and `contact_confirmation` policies on random identities,
 //! a mixed load, and the three algorithms other than the fixed window on the
 //! allow path's random keys, each set against its reference.
 
 use std::collections::HashMap;
 
-use super::{fixed, int, js_number, ms, number, Record};
+use crate::numbers::{ms, number, thousands};
+use crate::record::{find, Record};
+use crate::systems::{scenario_label, RESETS_SCENARIO};
 
-/// pglimit's scenarios of issue 16, in the table's order.
+/// pglimit's policy and algorithm scenarios, in the table's order.
 pub const SCENARIOS: [&str; 6] = [
     "allow-login",
     "allow-contact",
@@ -20,21 +22,21 @@ pub const SCENARIOS: [&str; 6] = [
 /// The algorithms' scenarios: allow-random with another `"algorithm"`.
 pub const ALGORITHMS: [&str; 3] = ["allow-sliding_window", "allow-sliding_log", "allow-token_bucket"];
 
-/// Issue 16: each other algorithm within 20% of the fixed window's throughput.
+/// The target: each other algorithm within 20% of the fixed window's throughput.
 pub const ALGORITHM_FLOOR: f64 = 0.8;
 
 pub const INTRO: &str = "Policies and algorithms: pglimit with the shipped `login` and \
 `contact_confirmation` policies on random identities, a mixed load, and the allow path's random keys \
 under the other three algorithms (see *Policies and algorithms* below).";
 
-/// Whether pglimit's comparison run TWIN is measured in SCENARIO: of issue
-/// 16's, the metrics-off run only in the login policy; none on the curve;
-/// the deny path during resets, only the baseline.
+/// Whether pglimit's comparison run TWIN is measured in SCENARIO: of these
+/// scenarios, the metrics-off run only in the login policy; none on the
+/// curve; the deny path during resets, only the baseline.
 pub fn twin_measures(twin: &str, scenario: &str) -> bool {
-    if scenario == super::curve::SCENARIO {
+    if scenario == crate::curve::SCENARIO {
         return false;
     }
-    if scenario == super::RESETS_SCENARIO {
+    if scenario == RESETS_SCENARIO {
         return twin == "baseline";
     }
     !(twin == "pglimit-nometrics" && SCENARIOS.contains(&scenario) && scenario != "allow-login")
@@ -43,15 +45,12 @@ pub fn twin_measures(twin: &str, scenario: &str) -> bool {
 /// A client count at which pglimit's allow path was measured without one of
 /// these scenarios, or raw Postgres' login transaction.
 pub fn missing(records: &[Record]) -> Vec<String> {
-    let has = |system: &str, scenario: &str, c: f64| {
-        records.iter().any(|r| r.system == system && r.scenario == scenario && r.concurrency == c)
-    };
     let mut missing = Vec::new();
     for r in records.iter().filter(|r| r.system == "pglimit" && r.scenario == "allow-random") {
         let wanted = SCENARIOS.iter().map(|s| ("pglimit", *s)).chain([("raw-pg", "allow-login")]);
         for (system, scenario) in wanted {
-            if !has(system, scenario, r.concurrency) {
-                missing.push(format!("{system} {scenario} c={}", js_number(r.concurrency)));
+            if find(records, system, scenario, r.concurrency).is_none() {
+                missing.push(format!("{system} {scenario} c={}", r.concurrency));
             }
         }
     }
@@ -70,15 +69,10 @@ pub fn denied(r: &Record) -> f64 {
 /// An algorithm's requests/s over the fixed window's, marked below the floor.
 fn against_fixed(r: &Record, fixed_window: Option<&Record>) -> String {
     match fixed_window {
-        Some(f) if r.rps > 0.0 && f.rps > 0.0 => {
-            let times = r.rps / f.rps;
-            if times < ALGORITHM_FLOOR {
-                format!("**{}** (more than 20% slower)", fixed(times, 2))
-            } else {
-                fixed(times, 2)
-            }
+        Some(f) if r.rps > 0.0 && f.rps > 0.0 && r.rps / f.rps < ALGORITHM_FLOOR => {
+            format!("**{:.2}** (more than 20% slower)", r.rps / f.rps)
         }
-        _ => String::new(),
+        _ => r.times(fixed_window),
     }
 }
 
@@ -86,9 +80,6 @@ fn against_fixed(r: &Record, fixed_window: Option<&Record>) -> String {
 /// p99, the denied share, the login policy over its raw transaction and each
 /// algorithm over the fixed window. None when none of them was measured.
 pub fn table(records: &[Record]) -> Option<String> {
-    let find = |system: &str, scenario: &str, c: f64| {
-        records.iter().find(|r| r.system == system && r.scenario == scenario && r.concurrency == c)
-    };
     let mut rows = vec![
         "| scenario | clients | requests/s | p50 ms | p99 ms | denied | × raw Postgres | × fixed window |"
             .to_string(),
@@ -96,23 +87,19 @@ pub fn table(records: &[Record]) -> Option<String> {
     ];
     for scenario in SCENARIOS {
         for r in records.iter().filter(|r| r.system == "pglimit" && r.scenario == scenario) {
-            let vs_raw = match find("raw-pg", scenario, r.concurrency) {
-                Some(raw) if r.rps > 0.0 && raw.rps > 0.0 => fixed(r.rps / raw.rps, 2),
-                _ => String::new(),
-            };
+            let vs_raw = r.times(find(records, "raw-pg", scenario, r.concurrency));
             let vs_fixed = if ALGORITHMS.contains(&scenario) {
-                against_fixed(r, find("pglimit", "allow-random", r.concurrency))
+                against_fixed(r, find(records, "pglimit", "allow-random", r.concurrency))
             } else {
                 String::new()
             };
             let denied = denied(r);
-            let denied =
-                if denied.is_finite() { format!("{}%", fixed(100.0 * denied, 2)) } else { String::new() };
+            let denied = if denied.is_finite() { format!("{:.2}%", 100.0 * denied) } else { String::new() };
             rows.push(format!(
                 "| {} | {} | {} | {} | {} | {denied} | {vs_raw} | {vs_fixed} |",
-                super::scenario_label(scenario),
-                js_number(r.concurrency),
-                int(r.rps),
+                scenario_label(scenario),
+                r.concurrency,
+                thousands(r.rps),
                 ms(r.p50_us),
                 ms(r.p99_us),
             ));
@@ -123,7 +110,7 @@ pub fn table(records: &[Record]) -> Option<String> {
 
 /// How to read the table, with the identity spaces of this run.
 pub fn how_to_read(meta: &HashMap<String, String>) -> String {
-    let count = |key: &str| meta.get(key).map_or_else(|| "?".to_string(), |v| int(number(v)));
+    let count = |key: &str| meta.get(key).map_or_else(|| "?".to_string(), |v| thousands(number(v)));
     format!(
         "- *Policies and algorithms*: `login` and `contact_confirmation` are policies.default.toml's, byte for \
          byte (bench/run checks). *allow-login*: `{{\"policy\":\"login\",\"identifiers\":{{\"email\":\
@@ -140,10 +127,9 @@ pub fn how_to_read(meta: &HashMap<String, String>) -> String {
          denied (bench/scenarios.sh shows how). *denied*: the share of answers that were not 2xx/3xx (wrk \
          counts them together; the run fails above 1%). *allow-<algorithm>*: the allow path's random keys and \
          limit with that `\"algorithm\"`; *× fixed window*: its requests/s over `allow, random keys` (the fixed \
-         window) at the same client count, in bold below {} (issue 16: within 20%).",
+         window) at the same client count, in bold below {ALGORITHM_FLOOR} (the target: within 20%).",
         count("login_emails"),
         count("login_ips"),
         count("contact_recipients"),
-        fixed(ALGORITHM_FLOOR, 1),
     )
 }

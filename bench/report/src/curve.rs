@@ -1,4 +1,4 @@
-//! The concurrency curve in the report of `bench/run` (issue 16): the allow
+//! The concurrency curve in the report of `bench/run`: the allow
 //! path on random keys at each of `BENCH_CURVE`'s client counts, for
 //! pglimit, raw Postgres, the seed service and rate-limiter-flexible; a
 //! table, and the data its chart (bench/chart) is drawn from.
@@ -6,7 +6,8 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::{fixed, int, js_number, ms, number, Record};
+use crate::numbers::{ms, number, thousands};
+use crate::record::Record;
 
 /// The systems on the curve, in the legend's order, with their labels.
 pub const SYSTEMS: [(&str, &str); 4] = [
@@ -64,7 +65,7 @@ pub fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String
     for c in points(meta) {
         for (system, _) in SYSTEMS {
             if find(records, system, c).is_none() {
-                missing.push(format!("{system} curve c={}", js_number(c)));
+                missing.push(format!("{system} curve c={c}"));
             }
         }
     }
@@ -73,10 +74,7 @@ pub fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String
 
 /// requests/s over another's, two decimals; blank when either is missing.
 fn times(a: Option<&Record>, b: Option<&Record>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if a.rps > 0.0 && b.rps > 0.0 => fixed(a.rps / b.rps, 2),
-        _ => String::new(),
-    }
+    a.map_or_else(String::new, |a| a.times(b))
 }
 
 /// `ok` when every system's point at C had no problem, else theirs.
@@ -110,10 +108,10 @@ pub fn table(records: &[Record], points: &[f64]) -> Option<String> {
     rule.push_str("---:|---:|---|");
     let mut rows = vec![head, rule];
     for &c in points {
-        let mut row = format!("| {} |", js_number(c));
+        let mut row = format!("| {c} |");
         for (system, _) in SYSTEMS {
             let r = find(records, system, c);
-            let (rps, p99) = r.map_or((String::new(), String::new()), |r| (int(r.rps), ms(r.p99_us)));
+            let (rps, p99) = r.map_or((String::new(), String::new()), |r| (thousands(r.rps), ms(r.p99_us)));
             row.push_str(&format!(" {rps} | {p99} |"));
         }
         let pglimit = find(records, "pglimit", c);
@@ -142,7 +140,7 @@ fn tsv(records: &[Record], points: &[f64]) -> String {
     for (system, label) in SYSTEMS {
         for &c in points {
             if let Some(r) = find(records, system, c).filter(|r| r.rps.is_finite() && r.rps > 0.0) {
-                out.push_str(&format!("{label}\t{}\t{}\n", js_number(c), r.rps));
+                out.push_str(&format!("{label}\t{c}\t{}\n", r.rps));
             }
         }
     }

@@ -1,9 +1,10 @@
 //! Behind a proxy, in the report of `bench/run`: the `bench` policy checked
 //! through forward-auth (`GET /auth/bench`) and Envoy's gRPC protocol
 //! (`ShouldRateLimit`) on the instance that served `/check`'s policy form
-//! just before, in the same run, set against it (issue 15).
+//! just before, in the same run, set against it.
 
-use super::{fixed, int, ms, Record};
+use crate::numbers::{ms, thousands};
+use crate::record::{find, Record};
 
 /// pglimit's scenarios behind a proxy; each has the policy form's twin.
 pub const SCENARIOS: [&str; 2] = ["allow-auth", "allow-grpc"];
@@ -35,7 +36,7 @@ pub fn missing(records: &[Record]) -> Vec<String> {
     for policy in pglimit("allow-policy") {
         for scenario in SCENARIOS {
             if !pglimit(scenario).any(|r| r.concurrency == policy.concurrency) {
-                missing.push(format!("pglimit {scenario} c={}", super::js_number(policy.concurrency)));
+                missing.push(format!("pglimit {scenario} c={}", policy.concurrency));
             }
         }
     }
@@ -46,11 +47,6 @@ pub fn missing(records: &[Record]) -> Vec<String> {
 /// its requests/s and p99, then forward-auth's and gRPC's, each with its
 /// requests/s over the policy form's. None when neither proxy scenario ran.
 pub fn against_check(records: &[Record]) -> Option<String> {
-    let find = |scenario: &str, concurrency: f64| {
-        records
-            .iter()
-            .find(|r| r.system == "pglimit" && r.scenario == scenario && r.concurrency == concurrency)
-    };
     if !records.iter().any(|r| r.system == "pglimit" && SCENARIOS.contains(&r.scenario.as_str())) {
         return None;
     }
@@ -62,18 +58,10 @@ pub fn against_check(records: &[Record]) -> Option<String> {
     ];
     // In the main table's order: by client count.
     for check in records.iter().filter(|r| r.system == "pglimit" && r.scenario == "allow-policy") {
-        let mut row = format!(
-            "| {} | {} | {} |",
-            super::js_number(check.concurrency),
-            int(check.rps),
-            ms(check.p99_us)
-        );
+        let mut row = format!("| {} | {} | {} |", check.concurrency, thousands(check.rps), ms(check.p99_us));
         for scenario in SCENARIOS {
-            let (rps, p99, times) = match find(scenario, check.concurrency) {
-                Some(r) if r.rps > 0.0 && check.rps > 0.0 => {
-                    (int(r.rps), ms(r.p99_us), fixed(r.rps / check.rps, 2))
-                }
-                Some(r) => (int(r.rps), ms(r.p99_us), String::new()),
+            let (rps, p99, times) = match find(records, "pglimit", scenario, check.concurrency) {
+                Some(r) => (thousands(r.rps), ms(r.p99_us), r.times(Some(check))),
                 None => (String::new(), String::new(), String::new()),
             };
             row.push_str(&format!(" {rps} | {p99} | {times} |"));
