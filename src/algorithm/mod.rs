@@ -1,11 +1,27 @@
 //! The four window algorithms, as pure functions of a stored state and a
 //! clock, in integer microseconds.
 //!
-//! This is the model: the memory store runs it directly, and the SQL
-//! function `pglimit_decide` (migrations/) is a line-by-line translation
-//! whose equivalence a test checks on random traces. Keeping `now` a
-//! parameter is what makes both deterministic to test. Nothing here knows
-//! of configuration, storage or HTTP.
+//! This is the model: the memory store runs it directly. The arithmetic is
+//! written once more, in SQL, as functions every statement calls; a test
+//! replays random traces through each statement and this model. Keeping
+//! `now` a parameter is what makes both deterministic to test. Nothing here
+//! knows of configuration, storage or HTTP.
+//!
+//! Every place that encodes an algorithm (change them together; the
+//! replays in `tests/api/replay.rs` and `tests/citus/decisions.rs` check):
+//!
+//! | algorithm      | model (`windows.rs`) | SQL (`storage/postgres/sql/algorithms.sql`) | outage write-back |
+//! |----------------|----------------------|---------------------------------------------|-------------------|
+//! | fixed window   | `fixed`              | `pglimit_fixed_count`, `pglimit_fixed_end`  | `absorb.rs`       |
+//! | sliding window | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `pglimit_sliding_start`, `_current`, `_previous`, `_weight`, `_earliest`, `_retry` | `absorb.rs` |
+//! | sliding log    | `log`                | `pglimit_log_live`                          | `absorb.rs`       |
+//! | token bucket   | `token`              | `pglimit_token_step`, `_tat`, `_fits`       | `absorb.rs`       |
+//!
+//! The SQL functions are called by `pglimit_decide` (a whole decision), the
+//! set-based `pglimit_check_distinct`, the three plain upserts
+//! (`storage/postgres/*upsert.sql`) and Citus' refund (`citus/functions.sql`,
+//! which undoes a step). The upserts carry what their conflict branch needs
+//! in the proposed row; how is said at the top of each.
 //!
 //! Every algorithm answers the same questions, so responses mean the same
 //! whatever the algorithm: is there room for `cost` (`allowed`), how much

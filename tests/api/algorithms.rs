@@ -8,8 +8,7 @@ use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Pooler, Reach};
-use rand::{Rng, SeedableRng};
+use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
 use serde_json::json;
 
 const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
@@ -25,139 +24,6 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
         window: Duration::from_millis(window_ms),
         algorithm,
         lockout: None,
-    }
-}
-
-/// Replays random traces through the store (with its clock set by the
-/// test) and through the Rust model, and asserts every figure agrees. The
-/// store sends these checks (no key twice) to `pglimit_check_distinct` or
-/// the plain upsert; `batch_functions.rs` holds `pglimit_check_batch` to
-/// the same answers.
-/// Each replay runs twice: statements bound and prepared, and written out
-/// as behind a transaction pooler (`PGLIMIT_DB_POOLER=transaction`), where
-/// the batch functions take every batch, the plain upserts' ones included.
-const POOLERS: [Pooler; 2] = [Pooler::None, Pooler::Transaction];
-
-/// A store of its own on a fresh database, its statements sent as `pooler` has them sent.
-async fn store_sent_as(pooler: Pooler) -> (String, pglimit::storage::PgStore) {
-    let url = fresh_database().await;
-    let pg = crate::common::pg_store_through(&url, Reach { pooler, schema: None }).await;
-    crate::common::forbid_retries_with_locks(&url).await;
-    (url, pg)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sql_decides_exactly_as_the_model_on_random_traces() {
-    for pooler in POOLERS {
-        replay_random_traces(pooler).await;
-    }
-}
-
-async fn replay_random_traces(pooler: Pooler) {
-    let (_, pg) = store_sent_as(pooler).await;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().unwrap();
-    for round in 0..16 {
-        // A second bucket makes the check all or nothing: of another
-        // algorithm (the batch function), or, from round 12 on, both fixed
-        // windows (the plain upsert, which decides a policy on its snapshot).
-        let (algorithm, other) = match round {
-            0..12 => (Algorithm::ALL[round % 4], Algorithm::ALL[(round + 1) % 4]),
-            _ => (Algorithm::FixedWindow, Algorithm::FixedWindow),
-        };
-        let specs =
-            [spec(1, algorithm, rng.gen_range(1..6), rng.gen_range(200..5_000)), spec(2, other, 8, 3_000)];
-        let mut model: [Option<State>; 2] = [None, None];
-        let mut now = start + TimeDelta::seconds(round as i64 * 100);
-        for step in 0..60 {
-            now += TimeDelta::microseconds(rng.gen_range(0..900_000));
-            let cost = rng.gen_range(0..3);
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse };
-            let got = pg.check_as_of(&batch, now).await.expect("postgres answers");
-            let now_us = now.timestamp_micros();
-            let admit = cost > 0
-                && specs
-                    .iter()
-                    .zip(&model)
-                    .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
-            for (i, s) in specs.iter().enumerate() {
-                let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
-                let at = format!(
-                    "{pooler:?}: round {round} step {step} bucket {i} ({:?}, cost {cost})",
-                    s.algorithm
-                );
-                assert_eq!(got.buckets[i].allowed, want.allowed, "allowed, {at}");
-                assert_eq!(got.buckets[i].remaining, want.remaining, "remaining, {at}");
-                assert_eq!(got.buckets[i].reset_at.timestamp_micros(), want.full_us, "reset_at, {at}");
-                assert_eq!(
-                    got.buckets[i].retry_at.map(|t| t.timestamp_micros()),
-                    want.retry_us,
-                    "retry_at, {at}"
-                );
-                if admit {
-                    model[i] = Some(want.next);
-                }
-            }
-        }
-    }
-}
-
-/// Single checks of every algorithm take a plain multi-row upsert instead of
-/// a batch function; it must decide and report exactly as the model. A check
-/// of cost 0 (a peek) takes `pglimit_check_distinct`, which must read the
-/// rows the upsert wrote as the model has them. A row may outlive the
-/// model's state (a token bucket's and a sliding log's end on a window's
-/// multiple), never end before it: the cleanup would forget what limits.
-#[tokio::test]
-async fn the_plain_upsert_decides_exactly_as_the_model() {
-    for pooler in POOLERS {
-        replay_plain_upserts(pooler).await;
-    }
-}
-
-async fn replay_plain_upserts(pooler: Pooler) {
-    let (url, pg) = store_sent_as(pooler).await;
-    let pool = crate::common::functions_pool(&url).await;
-    let ends = "SELECT pglimit_us(expires_at) FROM pglimit_buckets WHERE key = $1";
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
-    for round in 0..16 {
-        let algorithm = Algorithm::ALL[round % 4];
-        // From round 8 on, windows and steps in whole tenths of a second, so
-        // that a step lands on a window's edge now and then.
-        let coarse = round >= 8;
-        let window_ms = rng.gen_range(200..3_000);
-        let s =
-            spec(3, algorithm, rng.gen_range(1..8), if coarse { window_ms / 100 * 100 } else { window_ms });
-        let mut model: Option<State> = None;
-        for step in 0..60 {
-            let step_us = rng.gen_range(0..400_000);
-            now += TimeDelta::microseconds(if coarse { step_us / 100_000 * 100_000 } else { step_us });
-            let cost = rng.gen_range(0..3).min(s.limit);
-            let batch = CheckBatch { buckets: vec![s.clone()], cost, fallback: MemoryFallback::Refuse };
-            let got = &pg.check_as_of(&batch, now).await.expect("postgres answers").buckets[0];
-            let want = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), cost > 0);
-            let at = format!(
-                "{pooler:?}: round {round} step {step} ({algorithm:?}, cost {cost}, limit {})",
-                s.limit
-            );
-            assert_eq!(got.allowed, want.allowed, "allowed, {at}");
-            if want.allowed {
-                assert_eq!(got.remaining, want.remaining, "remaining, {at}");
-                if cost > 0 {
-                    let (end,): (i64,) =
-                        sqlx::query_as(ends).bind(s.key.as_slice()).fetch_one(&pool).await.expect("the row");
-                    assert!(end >= want.next.expires_us, "row ends before the model's state, {at}");
-                    model = Some(want.next);
-                }
-            } else {
-                let held = decide(s.params(), model.as_ref(), cost, now.timestamp_micros(), false);
-                assert_eq!(got.remaining, held.remaining.min(cost - 1), "remaining, {at}");
-                assert_eq!(got.retry_at.map(|t| t.timestamp_micros()), held.retry_us, "retry_at, {at}");
-            }
-            let full = decide(s.params(), model.as_ref(), 0, now.timestamp_micros(), false).full_us;
-            assert_eq!(got.reset_at.timestamp_micros(), full, "reset_at, {at}");
-        }
     }
 }
 

@@ -21,5 +21,6 @@ mod overrides;
 mod policies;
 mod privileges;
 mod properties;
+mod replay;
 mod slow_checks;
 mod stalls;

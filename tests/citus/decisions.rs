@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use chrono::{DateTime, TimeDelta, Utc};
-use pglimit::algorithm::{decide, Algorithm, State};
+use chrono::{DateTime, Utc};
+use pglimit::algorithm::Algorithm;
 use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
-use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::cluster;
+use crate::common::replay::{replay, Path, SHAPES};
 use crate::common::{self, check, instance, unique};
 
 /// A bucket whose key is `[n, n, random...]`: the same first two bytes, so
@@ -31,50 +31,16 @@ pub fn spec(n: u8, tag: u8, algorithm: Algorithm, limit: u64, window_ms: u64) ->
     }
 }
 
-/// The delegated function decides as the model does: random traces of two
-/// buckets on one route, with the clock set by the test.
+/// The delegated function decides as the model does: random traces of
+/// every shape (`tests/common/replay.rs`), all on one route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]
 async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
-    let pg = common::pg_store(&cluster().0).await;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-    let start: DateTime<Utc> = "2030-01-01T00:00:00.123456Z".parse().expect("time");
-    for round in 0..8 {
-        let (algorithm, other) = (Algorithm::ALL[round % 4], Algorithm::ALL[(round + 1) % 4]);
-        let route = rng.gen();
-        let specs = [
-            spec(route, 1, algorithm, rng.gen_range(1..6), rng.gen_range(200..5_000)),
-            spec(route, 2, other, 8, 3_000),
-        ];
-        let mut model: [Option<State>; 2] = [None, None];
-        let mut now = start + TimeDelta::seconds(round as i64 * 100);
-        for step in 0..40 {
-            now += TimeDelta::microseconds(rng.gen_range(0..900_000));
-            let cost = rng.gen_range(0..3);
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse };
-            let got = pg.check_as_of(&batch, now).await.expect("postgres answers");
-            let now_us = now.timestamp_micros();
-            let admit = cost > 0
-                && specs
-                    .iter()
-                    .zip(&model)
-                    .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
-            for (i, s) in specs.iter().enumerate() {
-                let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
-                let at = format!("round {round} step {step} bucket {i} ({:?}, cost {cost})", s.algorithm);
-                assert_eq!(got.buckets[i].allowed, want.allowed, "allowed, {at}");
-                assert_eq!(got.buckets[i].remaining, want.remaining, "remaining, {at}");
-                assert_eq!(got.buckets[i].reset_at.timestamp_micros(), want.full_us, "reset_at, {at}");
-                assert_eq!(
-                    got.buckets[i].retry_at.map(|t| t.timestamp_micros()),
-                    want.retry_us,
-                    "retry_at, {at}"
-                );
-                if admit {
-                    model[i] = Some(want.next);
-                }
-            }
-        }
+    let url = cluster().0;
+    let pg = common::pg_store(&url).await;
+    let rows = sqlx::PgPool::connect(&url).await.expect("connect");
+    for (n, shape) in SHAPES.into_iter().enumerate() {
+        replay(Path::Store(&pg), &rows, shape, 17 + n as u64).await;
     }
 }
 

@@ -11,6 +11,7 @@ pub mod docs;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod process;
+pub mod replay;
 pub mod stoppable;
 
 use std::collections::HashMap;
