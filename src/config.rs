@@ -7,6 +7,8 @@
 //! platforms mount them.
 
 mod database;
+#[cfg(test)]
+mod documented;
 mod postgres;
 mod secret;
 pub mod setting;
