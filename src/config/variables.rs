@@ -46,9 +46,10 @@ pub static ALL: &[&dyn Variable] = &[
     &WORKER_THREADS,
 ];
 
-/// The variables `migrate` reads, its flags: the database and how to lay
-/// out the tables in it.
-pub static MIGRATE: &[&dyn Variable] = &[&DATABASE_URL, &DATABASE_URL_FILE, &UNLOGGED, &CITUS, &LOG_FORMAT];
+/// The variables `migrate` reads, its flags: the database, how to reach
+/// it, and where and how to lay out the tables in it.
+pub static MIGRATE: &[&dyn Variable] =
+    &[&DATABASE_URL, &DATABASE_URL_FILE, &DB_POOLER, &DB_SCHEMA, &UNLOGGED, &CITUS, &LOG_FORMAT];
 
 #[cfg(test)]
 mod tests {
