@@ -64,7 +64,10 @@ impl<V: Values> Setting<V> {
         self.value_of(get(self.var))
     }
 
-    /// The value `given`, or else the default.
+    /// The value `given`, or else the default. A variable whose unset
+    /// [`Unset::Means`] something has no value to fall back on: read it
+    /// with [`Setting::given`] (here it is parsed from nothing, which the
+    /// test of the defaults in `config.rs` would catch).
     pub fn value_of(&self, given: Option<String>) -> Result<V::Value, ConfigError> {
         match (given, self.unset) {
             (Some(raw), _) => self.parse(&raw),
@@ -79,6 +82,7 @@ impl<V: Values> Setting<V> {
         get(self.var).map(|raw| self.parse(&raw)).transpose()
     }
 
+    /// `raw` as this variable's value; an error names the variable.
     pub fn parse(&self, raw: &str) -> Result<V::Value, ConfigError> {
         self.values.parse(raw).map_err(|reason| ConfigError::new(self.var, reason))
     }

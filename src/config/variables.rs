@@ -1,6 +1,7 @@
-//! Every configuration variable, declared once (see [`Setting`]): the
-//! flags of `serve` and `migrate`, [`Config`](super::Config)'s parsing and
-//! the check of `.env.example` all come from these lists.
+//! Every configuration variable, declared once as a
+//! [`Setting`](super::setting::Setting): the flags of `serve` and
+//! `migrate`, [`Config`](super::Config)'s parsing and the check of
+//! `.env.example` all come from these lists.
 
 mod database;
 mod service;
