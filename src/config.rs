@@ -1,21 +1,29 @@
 //! Configuration, read once from the environment into a typed struct.
 //!
-//! Every variable is documented in `.env.example`; every error names the
-//! variable at fault. A secret may instead be read from the file its
-//! `_FILE` variable names ([`secret`]), as container platforms mount them.
+//! Every variable is declared once, in [`variables`], with its flag,
+//! default, accepted values and help; `.env.example` is checked against
+//! them. Every error names the variable at fault. A secret may instead be
+//! read from the file its `_FILE` variable names ([`secret`]), as container
+//! platforms mount them.
 
+mod database;
+#[cfg(test)]
+mod documented;
 mod postgres;
 mod secret;
+pub mod setting;
+pub mod variables;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use crate::limiter::{KeySecret, MIN_SECRET_LEN};
 use crate::storage::{Citus, Reach};
+use database::database;
+pub use database::Database;
 pub use secret::secret;
+use variables as v;
 
 #[derive(Clone)]
 pub struct Config {
@@ -57,16 +65,6 @@ pub struct Config {
     pub worker_threads: Option<usize>,
 }
 
-/// Redacts the database URL (it may hold a password) and the secret.
-impl std::fmt::Debug for Database {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Shared { .. } => f.write_str("Shared { url: <set> }"),
-            Self::Private { data_dir, .. } => write!(f, "Private {{ data_dir: {data_dir:?} }}"),
-        }
-    }
-}
-
 /// Redacts the database URL (it may hold a password) and the API tokens.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,22 +77,6 @@ impl std::fmt::Debug for Config {
             .field("db_timeout", &self.db_timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// Where counters are kept, and the secret their keys are made with.
-#[derive(Clone)]
-pub enum Database {
-    /// `DATABASE_URL`, shared by every instance, which must all use the same
-    /// secret (so one is required).
-    Shared { url: String, secret: KeySecret },
-    /// No `DATABASE_URL`: a private cluster in `data_dir`, with the configured
-    /// secret or one generated once and kept beside it.
-    Private {
-        data_dir: PathBuf,
-        /// Where `initdb` and `pg_ctl` are; `None`: PATH, then /usr/lib/postgresql.
-        pg_bin: Option<PathBuf>,
-        secret: Option<KeySecret>,
-    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,158 +106,56 @@ impl Config {
     /// Reads the configuration through `get` (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let (db_reach, db_pool_size) = postgres::reach(&get)?;
-        Self {
-            bind: parse(&get, "PGLIMIT_BIND", "127.0.0.1:8080", "an address like 127.0.0.1:8080")?,
-            grpc_bind: match get("PGLIMIT_GRPC_BIND") {
-                None => None,
-                Some(_) => Some(parse(&get, "PGLIMIT_GRPC_BIND", "", "an address like 127.0.0.1:8081")?),
-            },
+        let config = Self {
+            bind: v::BIND.read(&get)?,
+            grpc_bind: v::GRPC_BIND.given(&get)?,
             database: database(&get)?,
-            policies: get("PGLIMIT_POLICIES").map(PathBuf::from),
-            api_tokens: tokens(secret(&get, "PGLIMIT_API_TOKENS")?),
-            admin_tokens: tokens(secret(&get, "PGLIMIT_ADMIN_TOKENS")?),
-            cleanup_rate: in_range(
-                &get,
-                "PGLIMIT_CLEANUP_RATE",
-                "0.01",
-                0.0..=1.0,
-                "a fraction from 0 to 1",
-            )?,
-            db_timeout: Duration::from_millis(in_range(
-                &get,
-                "PGLIMIT_DB_TIMEOUT_MS",
-                "250",
-                10..=60_000,
-                "milliseconds from 10 to 60000",
-            )?),
+            policies: v::POLICIES.given(&get)?.map(PathBuf::from),
+            api_tokens: tokens(v::API_TOKENS.secret(&get)?),
+            admin_tokens: tokens(v::ADMIN_TOKENS.secret(&get)?),
+            cleanup_rate: v::CLEANUP_RATE.read(&get)?,
+            db_timeout: Duration::from_millis(v::DB_TIMEOUT_MS.read(&get)?),
             db_pool_size,
             db_reach,
-            db_pipeline: in_range(
-                &get,
-                "PGLIMIT_DB_PIPELINE",
-                "1",
-                1..=1000,
-                "a number of calls from 1 to 1000",
-            )?,
-            memory_capacity: in_range(
-                &get,
-                "PGLIMIT_MEMORY_CAPACITY",
-                "100000",
-                1..=100_000_000,
-                "a number of keys from 1 to 100000000",
-            )?,
-            unlogged: boolean(&get, "PGLIMIT_UNLOGGED", false)?,
-            citus: match get("PGLIMIT_CITUS").as_deref() {
-                None | Some("auto") => Citus::Auto,
-                Some("true") => Citus::On,
-                Some("false") => Citus::Off,
-                Some(other) => {
-                    let reason = format!("{other:?} is not \"auto\", \"true\" or \"false\"");
-                    return Err(ConfigError::new("PGLIMIT_CITUS", reason));
-                }
-            },
-            log_format: match get("PGLIMIT_LOG_FORMAT").as_deref() {
-                None | Some("text") => LogFormat::Text,
-                Some("json") => LogFormat::Json,
-                Some(other) => {
-                    let reason = format!("{other:?} is not \"text\" or \"json\"");
-                    return Err(ConfigError::new("PGLIMIT_LOG_FORMAT", reason));
-                }
-            },
-            metrics: boolean(&get, "PGLIMIT_METRICS", true)?,
-            metrics_token: secret(&get, "PGLIMIT_METRICS_TOKEN")?
+            db_pipeline: v::DB_PIPELINE.read(&get)?,
+            memory_capacity: v::MEMORY_CAPACITY.read(&get)?,
+            unlogged: v::UNLOGGED.read(&get)?,
+            citus: v::CITUS.read(&get)?,
+            log_format: v::LOG_FORMAT.read(&get)?,
+            metrics: v::METRICS.read(&get)?,
+            metrics_token: v::METRICS_TOKEN
+                .secret(&get)?
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty()),
-            shadow: boolean(&get, "PGLIMIT_SHADOW", false)?,
-            watch_policies: boolean(&get, "PGLIMIT_WATCH_POLICIES", true)?,
-            slow_checks: in_range(
-                &get,
-                "PGLIMIT_SLOW_CHECKS",
-                "128",
-                0..=100_000,
-                "a number of checks from 0 to 100000",
-            )?,
-            worker_threads: match get("PGLIMIT_WORKER_THREADS") {
-                None => None,
-                Some(_) => Some(in_range(
-                    &get,
-                    "PGLIMIT_WORKER_THREADS",
-                    "1",
-                    1..=1024,
-                    "a number of threads from 1 to 1024",
-                )?),
-            },
+            shadow: v::SHADOW.read(&get)?,
+            watch_policies: v::WATCH_POLICIES.read(&get)?,
+            slow_checks: v::SLOW_CHECKS.read(&get)?,
+            worker_threads: v::WORKER_THREADS.given(&get)?,
             request_timeout: Duration::ZERO,
-        }
-        .with_request_timeout(&get)
-    }
-
-    /// The request timeout must outlast the longest wait on Postgres, or a
-    /// check could be cut off while its count is being written.
-    fn with_request_timeout(mut self, get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let var = "PGLIMIT_REQUEST_TIMEOUT_MS";
-        let longest = crate::storage::longest_wait(self.db_timeout);
-        let floor = longest + Duration::from_secs(5);
-        self.request_timeout = match get(var) {
-            None => floor.max(Duration::from_secs(30)),
-            Some(_) => {
-                let ms: u64 = in_range(get, var, "", 1..=3_600_000, "milliseconds from 1 to 3600000")?;
-                let timeout = Duration::from_millis(ms);
-                if timeout < floor {
-                    let reason = format!(
-                        "{ms} ms is shorter than the longest wait on Postgres plus 5 s ({} ms: 20 × PGLIMIT_DB_TIMEOUT_MS + 5000)",
-                        floor.as_millis()
-                    );
-                    return Err(ConfigError::new(var, reason));
-                }
-                timeout
-            }
         };
-        Ok(self)
+        Ok(Self { request_timeout: request_timeout(&get, config.db_timeout)?, ..config })
     }
 }
 
-fn boolean(
+/// The request timeout must outlast the longest wait on Postgres, or a
+/// check could be cut off while its count is being written.
+fn request_timeout(
     get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: bool,
-) -> Result<bool, ConfigError> {
-    match get(var).as_deref() {
-        None => Ok(default),
-        Some("true") => Ok(true),
-        Some("false") => Ok(false),
-        Some(other) => Err(ConfigError::new(var, format!("{other:?} is not \"true\" or \"false\""))),
-    }
-}
-
-fn database(get: &impl Fn(&str) -> Option<String>) -> Result<Database, ConfigError> {
-    let key_secret = match secret(get, "PGLIMIT_KEY_SECRET")? {
-        Some(s) => Some(KeySecret::new(s.as_bytes()).ok_or_else(|| short_secret(s.len()))?),
-        None => None,
+    db_timeout: Duration,
+) -> Result<Duration, ConfigError> {
+    let floor = crate::storage::longest_wait(db_timeout) + Duration::from_secs(5);
+    let Some(ms) = v::REQUEST_TIMEOUT_MS.given(get)? else {
+        return Ok(floor.max(Duration::from_secs(30)));
     };
-    Ok(match (secret(get, "DATABASE_URL")?, key_secret) {
-        (Some(url), Some(secret)) => Database::Shared { url, secret },
-        (Some(_), None) => return Err(missing_secret()),
-        (None, secret) => Database::Private {
-            data_dir: get("PGLIMIT_DATA_DIR").map_or_else(|| PathBuf::from(".pglimit"), PathBuf::from),
-            pg_bin: get("PGLIMIT_PG_BIN").map(PathBuf::from),
-            secret,
-        },
-    })
-}
-
-fn missing_secret() -> ConfigError {
-    let reason = format!(
-        "required when DATABASE_URL is set: every instance sharing the database must use the same secret \
-         (at least {MIN_SECRET_LEN} bytes, e.g. from `openssl rand -hex 32`), or their counters silently diverge"
-    );
-    ConfigError::new("PGLIMIT_KEY_SECRET", reason)
-}
-
-fn short_secret(len: usize) -> ConfigError {
-    let reason =
-        format!("is {len} bytes; it must be at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)");
-    ConfigError::new("PGLIMIT_KEY_SECRET", reason)
+    let timeout = Duration::from_millis(ms);
+    if timeout < floor {
+        let reason = format!(
+            "{ms} ms is shorter than the longest wait on Postgres plus 5 s ({} ms: 20 × PGLIMIT_DB_TIMEOUT_MS + 5000)",
+            floor.as_millis()
+        );
+        return Err(ConfigError::new(v::REQUEST_TIMEOUT_MS.var, reason));
+    }
+    Ok(timeout)
 }
 
 /// Comma-separated; a newline separates too, so that a file of tokens may
@@ -285,33 +165,10 @@ fn tokens(raw: Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn parse<T: FromStr>(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: &str,
-    what: &str,
-) -> Result<T, ConfigError> {
-    let raw = get(var).unwrap_or_else(|| default.to_owned());
-    raw.trim().parse().map_err(|_| ConfigError::new(var, format!("{raw:?} is not {what}")))
-}
-
-pub(crate) fn in_range<T: FromStr + PartialOrd>(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: &str,
-    range: std::ops::RangeInclusive<T>,
-    what: &str,
-) -> Result<T, ConfigError> {
-    let value: T = parse(get, var, default, what)?;
-    if !range.contains(&value) {
-        return Err(ConfigError::new(var, format!("out of range: expected {what}")));
-    }
-    Ok(value)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::MIN_SECRET_LEN;
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {

@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
 use pglimit::cli::{self, Run, Vars};
+use pglimit::config::variables::BIND;
 use pglimit::config::{Config, ConfigError, LogFormat};
 use pglimit::pg_cluster::StopMode;
 use pglimit::Service;
@@ -16,7 +17,7 @@ fn main() -> ExitCode {
         Run::Serve(vars) => serve(&vars),
         Run::Migrate(vars) => block_on(None, migrate(&vars)),
         Run::CheckPolicies(file) => cli::check_policies(&file),
-        Run::Healthcheck(bind) => block_on(None, healthcheck(&bind)),
+        Run::Healthcheck(bind) => block_on(None, healthcheck(bind)),
     }
 }
 
@@ -36,10 +37,13 @@ fn block_on(threads: Option<usize>, task: impl std::future::Future<Output = Exit
     }
 }
 
-async fn healthcheck(bind: &str) -> ExitCode {
-    let Ok(addr) = bind.trim().parse() else {
-        eprintln!("pglimit: healthcheck: PGLIMIT_BIND: {bind:?} is not an address like 127.0.0.1:8080");
-        return ExitCode::FAILURE;
+async fn healthcheck(bind: Option<String>) -> ExitCode {
+    let addr = match BIND.value_of(bind) {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("pglimit: healthcheck: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     match pglimit::probe::healthz(addr, std::time::Duration::from_secs(3)).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -133,6 +133,22 @@ async fn migrate_creates_the_counters_table_and_may_run_again() {
     assert_eq!(buckets_table(&third).await, (0, "p".to_owned()));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_pglimit_db_schema_and_its_objects_in_it() {
+    let cluster = throwaway_cluster().await;
+    let url = cluster.url();
+    let out = output_of(&["migrate"], &[("DATABASE_URL", &url), ("PGLIMIT_DB_SCHEMA", "limits")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut conn = PgConnection::connect(&url).await.expect("connect");
+    let schemas: Vec<String> = sqlx::query_scalar(
+        "SELECT relnamespace::regnamespace::text FROM pg_class WHERE relname = 'pglimit_buckets'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the counters table's schema");
+    assert_eq!(schemas, ["limits"]);
+}
+
 #[test]
 fn migrate_without_database_url_exits_2_naming_it() {
     let out = output_of(&["migrate"], &[]);

@@ -1,50 +1,59 @@
 //! How pglimit reaches a shared Postgres: through which pooler, into which
 //! schema, and within how many connections.
 
-use super::{in_range, ConfigError};
+use super::setting::Values;
+use super::variables::{DB_MAX_CONNECTIONS, DB_POOLER, DB_POOL_SIZE, DB_SCHEMA};
+use super::ConfigError;
 use crate::storage::{kept_connections, Pooler, Reach};
 
 /// The pooler, the schema, and the connections for checks: the pool size
 /// as configured, or what `PGLIMIT_DB_MAX_CONNECTIONS` leaves once the
 /// kept connections and one for writing back are counted.
 pub(super) fn reach(get: &impl Fn(&str) -> Option<String>) -> Result<(Reach, u32), ConfigError> {
-    let pooler = match get("PGLIMIT_DB_POOLER") {
-        None => Pooler::None,
-        Some(mode) => mode.parse().map_err(|reason| ConfigError::new("PGLIMIT_DB_POOLER", reason))?,
-    };
-    let schema = get("PGLIMIT_DB_SCHEMA").map(schema_name).transpose()?;
+    let pooler = DB_POOLER.read(get)?;
+    let schema = DB_SCHEMA.given(get)?;
     Ok((Reach { pooler, schema }, pool_size(get, pooler)?))
 }
 
-fn schema_name(name: String) -> Result<String, ConfigError> {
-    // PostgreSQL truncates a longer name, which would then name another schema.
-    if name.len() > 63 || name.contains('\0') {
-        return Err(ConfigError::new("PGLIMIT_DB_SCHEMA", "a schema name of at most 63 bytes"));
+/// A schema's name as PostgreSQL keeps it whole.
+#[derive(Debug, Clone, Copy)]
+pub struct SchemaName;
+
+impl Values for SchemaName {
+    type Value = String;
+
+    fn parse(&self, raw: &str) -> Result<String, String> {
+        // PostgreSQL truncates a longer name, which would then name another schema.
+        if raw.len() > 63 || raw.contains('\0') {
+            return Err("a schema name of at most 63 bytes".into());
+        }
+        Ok(raw.to_owned())
     }
-    Ok(name)
+
+    fn accepted(&self) -> Option<String> {
+        Some("a name of at most 63 bytes".into())
+    }
 }
 
 fn pool_size(get: &impl Fn(&str) -> Option<String>, pooler: Pooler) -> Result<u32, ConfigError> {
-    let (pool_var, max_var) = ("PGLIMIT_DB_POOL_SIZE", "PGLIMIT_DB_MAX_CONNECTIONS");
-    let pool = |default| in_range(get, pool_var, default, 1..=1000, "a number of connections from 1 to 1000");
-    if get(max_var).is_none() {
-        return pool("4");
-    }
-    let max: u32 = in_range(get, max_var, "", 1..=10_000, "a number of connections from 1 to 10000")?;
+    let Some(max) = DB_MAX_CONNECTIONS.given(get)? else {
+        return DB_POOL_SIZE.read(get);
+    };
     let others = kept_connections(pooler) + 1;
     let fits = max.saturating_sub(others);
     if fits == 0 {
         let reason =
             format!("{max} leaves no connection for checks: an instance keeps {others} besides them");
-        return Err(ConfigError::new(max_var, reason));
+        return Err(ConfigError::new(DB_MAX_CONNECTIONS.var, reason));
     }
-    let pool: u32 = pool(&fits.to_string())?;
+    let pool = DB_POOL_SIZE.parse(&get(DB_POOL_SIZE.var).unwrap_or_else(|| fits.to_string()))?;
     if pool > fits {
         let reason = format!(
-            "{pool} connections for checks and {others} others exceed {max_var}={max}: \
-             set it to at most {fits}, or leave it unset"
+            "{pool} connections for checks and {others} others exceed {}={max}: \
+             set it to at most {fits}, or leave it unset",
+            DB_MAX_CONNECTIONS.var
         );
-        return Err(ConfigError::new(pool_var, reason));
+        return Err(ConfigError::new(DB_POOL_SIZE.var, reason));
     }
     Ok(pool)
 }
