@@ -110,6 +110,13 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_page_gives_every_variable_its_declared_default() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+        let text = std::fs::read_to_string(path).expect("docs/configuration.md");
+        assert_eq!(disagreements(&markdown_table(&text)), Vec::<String>::new());
+    }
+
+    #[test]
     fn a_wrong_default_a_set_example_an_unknown_variable_and_a_missing_one_are_each_named() {
         let text = "PGLIMIT_DB_TIMEOUT_MS=300\nPGLIMIT_WORKER_THREADS=1\n# PGLIMIT_SLOW_CHECKS=0\n\
                     # PGLIMIT_GRPC_BIND=8081\n# PGLIMIT_COLOUR=red\n# RUST_LOG=info\n";

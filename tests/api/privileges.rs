@@ -107,3 +107,47 @@ async fn pglimit_db_schema_keeps_every_object_in_a_schema_of_its_own() {
     }
     assert_eq!(check(&app, alice).await.status, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// Each build calls the functions of its own schema, found first on its
+/// search path: another build's, here ahead of the tables on the role's
+/// search path and refusing every check (the login policy's upsert calls
+/// `pglimit_fixed_count`), are neither called nor replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_build_calls_its_own_functions_and_leaves_another_builds_alone() {
+    let url = fresh_database().await;
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let other = "pglimit_000000000000";
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {other};
+         CREATE FUNCTION {other}.pglimit_fixed_count(bigint, bigint, bigint) RETURNS bigint
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'another build'; END $$;
+         DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = {other}, public', current_database()); END $$"
+    ))
+    .execute(&admin)
+    .await
+    .expect("another build's schema");
+    admin.close().await;
+    let app = try_instance(&url, &[]).await.expect("serves");
+    let alice = login("alice@example.com", "192.0.2.77");
+    let reply = check(&app, alice).await;
+    assert_eq!(
+        (reply.status, reply.body["store"].as_str()),
+        (StatusCode::OK, Some("postgres")),
+        "{}",
+        reply.body
+    );
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let call = format!("SELECT {other}.pglimit_fixed_count(1, 2, 3)");
+    let untouched = sqlx::query(&call).execute(&admin).await.expect_err("still the other build's");
+    assert!(untouched.to_string().contains("another build"), "{untouched}");
+    let ours = pglimit::storage::functions_schema();
+    let (count,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1 AND p.proname IN ('pglimit_decide', 'pglimit_check_batch', 'pglimit_check_distinct')",
+    )
+    .bind(ours)
+    .fetch_one(&admin)
+    .await
+    .expect("our functions");
+    assert_eq!(count, 3, "this build's functions in {ours}");
+}
