@@ -14,7 +14,7 @@
 //! |----------------|----------------------|---------------------------------------------|-------------------|
 //! | fixed window   | `fixed`              | `pglimit_fixed_count`, `pglimit_fixed_end`  | `absorb.rs`       |
 //! | sliding window | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `pglimit_sliding_start`, `_current`, `_previous`, `_weight`, `_earliest`, `_retry` | `absorb.rs` |
-//! | sliding log    | `log`                | `pglimit_log_live`                          | `absorb.rs`       |
+//! | sliding log    | `log`                | `pglimit_log_keeps`                         | `absorb.rs`       |
 //! | token bucket   | `token`              | `pglimit_token_step`, `_tat`, `_fits`       | `absorb.rs`       |
 //!
 //! The SQL functions are called by `pglimit_decide` (a whole decision), the

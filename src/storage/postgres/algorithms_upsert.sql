@@ -47,14 +47,12 @@ WITH clock AS (
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
                           WHEN EXCLUDED.log IS NULL
-                          THEN pglimit_sliding_current(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock),
-                                                       ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
-                               + EXCLUDED.count
+                          THEN pglimit_sliding_current(b.count, b.expires_at, EXCLUDED.expires_at) + EXCLUDED.count
                           ELSE 0 END,
         prev_count = CASE WHEN EXCLUDED.log IS NULL AND EXCLUDED.tat_us IS NULL
-                          THEN pglimit_sliding_previous(b.count, b.prev_count, pglimit_us(b.expires_at),
-                                                        (SELECT now_us FROM clock),
-                                                        ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                          THEN pglimit_sliding_previous(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                        EXCLUDED.expires_at - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)]
+                                                                              * interval '1 millisecond')
                           ELSE 0 END,
         expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
                           THEN greatest(b.expires_at, timestamptz 'epoch'
@@ -68,24 +66,25 @@ WITH clock AS (
                                - (SELECT now_us FROM clock) END,
         -- The entries still in the window, then this check's.
         log        = CASE WHEN EXCLUDED.log IS NOT NULL
-                          THEN pglimit_log_live(b.log, (SELECT now_us FROM clock),
-                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
-                               || EXCLUDED.log END
+                          THEN ARRAY(SELECT x FROM unnest(b.log) AS x
+                                     WHERE pglimit_log_keeps(x, (SELECT now_us FROM clock),
+                                                             ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                                     ORDER BY x) || EXCLUDED.log END
     WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
                THEN pglimit_token_fits(pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)),
                                        EXCLUDED.tat_us - (SELECT now_us FROM clock), EXCLUDED.prev_count,
                                        (SELECT now_us FROM clock))
                ELSE CASE WHEN EXCLUDED.log IS NULL
-                    THEN pglimit_sliding_weight(pglimit_sliding_previous(b.count, b.prev_count, pglimit_us(b.expires_at),
-                                                                         (SELECT now_us FROM clock),
-                                                                         ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000),
-                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
-                                                (SELECT now_us FROM clock))
-                         + pglimit_sliding_current(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock),
-                                                   ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
-                         + EXCLUDED.count
-                    ELSE cardinality(pglimit_log_live(b.log, (SELECT now_us FROM clock),
-                                                      ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000))
+                    THEN pglimit_sliding_weight(
+                             pglimit_sliding_previous(b.count, b.prev_count, b.expires_at, EXCLUDED.expires_at,
+                                                      EXCLUDED.expires_at - ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)]
+                                                                            * interval '1 millisecond'),
+                             ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000,
+                             (SELECT now_us FROM clock))
+                         + pglimit_sliding_current(b.count, b.expires_at, EXCLUDED.expires_at) + EXCLUDED.count
+                    ELSE (SELECT count(*) FROM unnest(b.log) AS x
+                          WHERE pglimit_log_keeps(x, (SELECT now_us FROM clock),
+                                                  ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000))
                          + cardinality(EXCLUDED.log) END
                <= ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)] END
     RETURNING b.key, b.count, b.prev_count, b.expires_at, b.tat_us, cardinality(b.log) AS entries

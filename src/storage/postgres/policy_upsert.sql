@@ -31,8 +31,8 @@ WITH clock AS (
     FROM req r
     LEFT JOIN blk k ON k.key = r.key
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN s.expires_at > r.at THEN s.count ELSE 0 END AS c,
-               CASE WHEN s.expires_at > r.at THEN s.expires_at END AS end_at
+        SELECT pglimit_fixed_count(s.count, s.expires_at, r.at) AS c,
+               pglimit_fixed_end(s.expires_at, r.at, NULL) AS end_at
         FROM pglimit_buckets s WHERE s.key = r.key
     ) v ON true
     WHERE r.n > 1
@@ -53,13 +53,12 @@ WITH clock AS (
     FROM snap WHERE cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
-                          ELSE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock))
+                          ELSE pglimit_fixed_count(b.count, b.expires_at, coalesce($6::timestamptz, now()))
                                + EXCLUDED.count END,
         expires_at = CASE WHEN EXCLUDED.tat_us IS NOT NULL
                           THEN timestamptz 'epoch' + (pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
                                                       - (SELECT now_us FROM clock)) * interval '1 microsecond'
-                          WHEN b.expires_at <= coalesce($6::timestamptz, now()) THEN EXCLUDED.expires_at
-                          ELSE b.expires_at END,
+                          ELSE pglimit_fixed_end(b.expires_at, coalesce($6::timestamptz, now()), EXCLUDED.expires_at) END,
         prev_count = 0,
         tat_us     = CASE WHEN EXCLUDED.tat_us IS NOT NULL
                           THEN pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)) + EXCLUDED.tat_us
@@ -68,7 +67,7 @@ WITH clock AS (
                THEN pglimit_token_fits(pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)),
                                        EXCLUDED.tat_us - (SELECT now_us FROM clock), EXCLUDED.prev_count,
                                        (SELECT now_us FROM clock))
-               ELSE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), (SELECT now_us FROM clock))
+               ELSE pglimit_fixed_count(b.count, b.expires_at, coalesce($6::timestamptz, now()))
                     + EXCLUDED.count <= EXCLUDED.prev_count END
     RETURNING b.key, b.count, b.expires_at, b.tat_us
 )

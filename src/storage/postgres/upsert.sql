@@ -12,13 +12,11 @@ WITH req AS (
     SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
     WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
-        count      = pglimit_fixed_count(b.count, pglimit_us(b.expires_at), pglimit_us(coalesce($5::timestamptz, now())))
-                     + EXCLUDED.count,
-        expires_at = CASE WHEN b.expires_at <= coalesce($5::timestamptz, now())
-                          THEN EXCLUDED.expires_at ELSE b.expires_at END,
+        count      = pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())) + EXCLUDED.count,
+        expires_at = pglimit_fixed_end(b.expires_at, coalesce($5::timestamptz, now()), EXCLUDED.expires_at),
         prev_count = 0
-    WHERE pglimit_fixed_count(b.count, pglimit_us(b.expires_at), pglimit_us(coalesce($5::timestamptz, now())))
-          + EXCLUDED.count <= EXCLUDED.prev_count
+    WHERE pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())) + EXCLUDED.count
+          <= EXCLUDED.prev_count
     RETURNING b.key, b.count, b.expires_at
 )
 SELECT r.pos AS o_pos,

@@ -18,36 +18,41 @@ CREATE FUNCTION pglimit_ts(us bigint) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN timestamptz 'epoch' + us * interval '1 microsecond';
 
--- Fixed window: a count until the window ends; the first check after that
--- starts a new window.
-CREATE FUNCTION pglimit_fixed_count(s_count bigint, s_expires bigint, now_us bigint) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN s_expires > now_us THEN s_count ELSE 0 END;
+-- Where a statement has times as timestamptz rather than µs, a function
+-- takes them as `anyelement` (and so has a quoted body, as SQL requires of
+-- polymorphic functions): the same comparison serves both. Each
+-- argument that may be an expression appears once in a body, or the
+-- planner would not inline the call.
 
-CREATE FUNCTION pglimit_fixed_end(s_expires bigint, now_us bigint, win bigint) RETURNS bigint
+-- Fixed window: a count until the window ends (s_expires); the first check
+-- after that starts a new window, ending at `new_end`.
+CREATE FUNCTION pglimit_fixed_count(s_count bigint, s_expires anyelement, now anyelement) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN s_expires > now_us THEN s_expires ELSE now_us + win END;
+AS $$ SELECT CASE WHEN s_expires > now THEN s_count ELSE 0 END $$;
+
+CREATE FUNCTION pglimit_fixed_end(s_expires anyelement, now anyelement, new_end anyelement) RETURNS anyelement
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT CASE WHEN s_expires > now THEN s_expires ELSE new_end END $$;
 
 -- Sliding window counter: windows aligned on the clock; a row keeps its
 -- window's count and the previous window's, and is stamped with the end of
--- its window plus one window.
+-- its window plus one window: `row_end` for a row of the current window,
+-- `prev_end` for one of the previous window.
 CREATE FUNCTION pglimit_sliding_start(now_us bigint, win bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN now_us / win * win;
 
 -- The count of the current window, as the row gives it.
-CREATE FUNCTION pglimit_sliding_current(s_count bigint, s_expires bigint, now_us bigint, win bigint) RETURNS bigint
+CREATE FUNCTION pglimit_sliding_current(s_count bigint, s_expires anyelement, row_end anyelement) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN s_expires = now_us / win * win + 2 * win THEN s_count ELSE 0 END;
+AS $$ SELECT CASE WHEN s_expires = row_end THEN s_count ELSE 0 END $$;
 
 -- The count of the previous window, as the row gives it.
 CREATE FUNCTION pglimit_sliding_previous(
-    s_count bigint, s_prev bigint, s_expires bigint, now_us bigint, win bigint
+    s_count bigint, s_prev bigint, s_expires anyelement, row_end anyelement, prev_end anyelement
 ) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN s_expires = now_us / win * win + 2 * win THEN s_prev
-            WHEN s_expires = now_us / win * win + win THEN s_count
-            ELSE 0 END;
+AS $$ SELECT CASE WHEN s_expires = row_end THEN s_prev WHEN s_expires = prev_end THEN s_count ELSE 0 END $$;
 
 -- What the previous window still weighs now: its count times the share of
 -- it the sliding window still covers, rounded down.
@@ -70,11 +75,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN c + cost <= lim THEN start_us + pglimit_sliding_earliest(win, p, lim - c - cost)
             ELSE start_us + win + pglimit_sliding_earliest(win, c, greatest(lim - cost, 0)) END;
 
--- Sliding log: one timestamp per admitted unit; the entries of the last
--- window, oldest first.
-CREATE FUNCTION pglimit_log_live(s_log bigint[], now_us bigint, win bigint) RETURNS bigint[]
+-- Sliding log: one timestamp per admitted unit; an entry counts while it
+-- is within the last window. (A function of the whole log would not
+-- inline, and one of a set would take the clock as an expression computed
+-- for every entry.)
+CREATE FUNCTION pglimit_log_keeps(entry bigint, now_us bigint, win bigint) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN ARRAY(SELECT x FROM unnest(coalesce(s_log, '{}')) AS x WHERE x > now_us - win ORDER BY x);
+RETURN entry > now_us - win;
 
 -- Token bucket (GCRA): a theoretical arrival time (tat) that each admitted
 -- unit moves one step on; a check fits while it stays within the capacity
@@ -83,9 +90,10 @@ CREATE FUNCTION pglimit_token_step(win bigint, lim bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN greatest(win / greatest(lim, 1), 1);
 
+-- A missing tat (greatest ignores NULL) or one in the past counts from now.
 CREATE FUNCTION pglimit_token_tat(s_tat bigint, now_us bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN greatest(coalesce(s_tat, now_us), now_us);
+RETURN greatest(s_tat, now_us);
 
 -- Whether a check that moves the tat by `taken` (cost * step) fits a
 -- bucket of capacity `cap` (step * limit).
@@ -110,7 +118,7 @@ BEGIN
     n_count := 0; n_prev := 0; n_tat := NULL; n_log := NULL;
     IF algo = 0 THEN
         c := pglimit_fixed_count(s_count, s_expires, now_us);
-        end_us := pglimit_fixed_end(s_expires, now_us, win);
+        end_us := pglimit_fixed_end(s_expires, now_us, now_us + win);
         allowed := c + cost <= lim;
         IF admit THEN c := c + cost; END IF;
         remaining := greatest(lim - c, 0);
@@ -120,8 +128,8 @@ BEGIN
     ELSIF algo = 1 THEN
         start_us := pglimit_sliding_start(now_us, win);
         end_us := start_us + win;
-        c := pglimit_sliding_current(s_count, s_expires, now_us, win);
-        p := pglimit_sliding_previous(s_count, s_prev, s_expires, now_us, win);
+        c := pglimit_sliding_current(s_count, s_expires, end_us + win);
+        p := pglimit_sliding_previous(s_count, s_prev, s_expires, end_us + win, end_us);
         w := pglimit_sliding_weight(p, win, now_us);
         allowed := w + c + cost <= lim;
         IF admit THEN c := c + cost; END IF;
@@ -132,7 +140,7 @@ BEGIN
         END IF;
         n_count := c; n_prev := p; n_expires := end_us + win;
     ELSIF algo = 2 THEN
-        entries := pglimit_log_live(s_log, now_us, win);
+        entries := ARRAY(SELECT x FROM unnest(coalesce(s_log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, win) ORDER BY x);
         allowed := cardinality(entries) + cost <= lim;
         IF NOT allowed THEN
             retry_us := coalesce(entries[cardinality(entries) + cost - lim] + win, now_us);

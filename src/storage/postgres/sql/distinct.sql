@@ -63,11 +63,13 @@ BEGIN
         -- row's expires_at one window later.
         SELECT c.*,
                pglimit_fixed_count(c.count, c.exp_us, now_us) AS f_c,
-               pglimit_fixed_end(c.exp_us, now_us, c.win) AS f_end,
+               pglimit_fixed_end(c.exp_us, now_us, now_us + c.win) AS f_end,
                pglimit_sliding_start(now_us, c.win) AS sw_start,
-               pglimit_sliding_current(c.count, c.exp_us, now_us, c.win) AS sw_c,
-               pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, now_us, c.win) AS sw_p,
-               CASE WHEN c.algo = 2 THEN pglimit_log_live(c.log, now_us, c.win) END AS lg,
+               pglimit_sliding_current(c.count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win) AS sw_c,
+               pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win,
+                                        pglimit_sliding_start(now_us, c.win) + c.win) AS sw_p,
+               CASE WHEN c.algo = 2 THEN ARRAY(
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, c.win) ORDER BY x) END AS lg,
                pglimit_token_tat(c.tat_us, now_us) AS tb_tat,
                pglimit_token_step(c.win, c.lim) AS tb_step
         FROM cur c
