@@ -38,7 +38,7 @@ pub fn spec(n: u8, tag: u8, algorithm: Algorithm, limit: u64, window_ms: u64) ->
 async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
     let url = cluster().0;
     let pg = common::pg_store(&url).await;
-    let rows = sqlx::PgPool::connect(&url).await.expect("connect");
+    let rows = crate::direct(&url).await;
     for (n, shape) in SHAPES.into_iter().enumerate() {
         replay(Path::Store(&pg), &rows, shape, 17 + n as u64).await;
     }
