@@ -7,9 +7,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
 use common::stoppable::{admin_url, database, restart, restart_as_standby, stop, SERIAL};
-use common::{check, instance, readyz, wait_for_postgres};
+use common::{check, instance, readyz, send, wait_for_postgres};
 use pglimit::algorithm::Algorithm;
 use pglimit::pg_cluster::StopMode;
 use serde_json::json;
@@ -40,6 +41,22 @@ async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_return
         }
         assert_eq!(admitted, 2, "{algorithm:?}: 5 - 3 admitted from memory");
     }
+}
+
+/// The connection actions keep is from before the outage once Postgres
+/// returns: it is reopened, so the first action after succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_action_after_postgres_returns_runs_on_a_fresh_connection() {
+    let _serial = SERIAL.lock().await;
+    let app = instance(&database().await, &[]).await;
+    let list = || Request::get("/admin/blocks").body(Body::empty()).expect("a request");
+    assert_eq!(send(&app, list()).await.status, StatusCode::OK, "the actions' connection opens");
+    stop(StopMode::Fast).await;
+    check(&app, json!({ "key": "during", "limit": 5, "window": "366d" })).await.assert_memory_admits();
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    let listed = send(&app, list()).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
 }
 
 /// Three instances on one database, Postgres stopped, checks on one key

@@ -3,16 +3,14 @@
 //! [`super::listener`]). Actions are rare, so they share one connection of
 //! their own, opened on demand.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
-use tokio::sync::Mutex;
 
+use super::kept::{Kept, Work};
 use super::listener::{payload, CHANNEL};
-use super::session::{classify, timed_out, Session};
+use super::session::{classify, Session};
 use crate::storage::{Block, BlockTarget, Key, StoreError};
 
 /// Counters back to full: no row is a full bucket, for every algorithm.
@@ -53,17 +51,14 @@ WHERE until > now() ORDER BY until DESC, key LIMIT $1";
 
 const BUMP: &str = "UPDATE pglimit_actions SET generation = generation + 1 RETURNING generation";
 
-pub(super) struct ActionConn(Mutex<Option<PgConnection>>);
-
-/// The statements of one action, run inside its transaction.
-type Work<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+pub(super) struct ActionConn(Kept);
 
 type BlockRow =
     (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
 
 impl ActionConn {
     pub fn new() -> Self {
-        Self(Mutex::new(None))
+        Self(Kept::new("acting on limits"))
     }
 
     pub async fn reset(&self, session: &Session, keys: &[Key]) -> Result<(), StoreError> {
@@ -140,32 +135,22 @@ impl ActionConn {
         .await
     }
 
-    /// Runs `work` in a transaction on the actions connection, within the
-    /// session's hard limit; the connection is dropped after any failure.
+    /// Runs `work` (the statements of one action) in a transaction on the
+    /// actions connection, within the session's hard limit.
     async fn transaction<T, F>(&self, session: &Session, work: F) -> Result<T, StoreError>
     where
-        F: for<'c> FnOnce(&'c mut PgConnection, bool) -> Work<'c, T> + Send,
+        F: for<'c> FnOnce(&'c mut PgConnection, bool) -> Work<'c, T> + Send + 'static,
         T: Send,
     {
-        let mut slot = self.0.lock().await;
-        let run = async {
-            let conn = match slot.as_mut() {
-                Some(conn) => conn,
-                None => slot.insert(session.open().await?),
-            };
-            let mut tx = session.begin(conn).await?;
-            let done = work(&mut tx, session.keeps_statements()).await?;
-            tx.commit().await?;
-            Ok::<T, sqlx::Error>(done)
-        };
-        let result = match tokio::time::timeout(session.hard_limit(), run).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out("acting on limits")),
-        };
-        if result.is_err() {
-            *slot = None;
-        }
-        result.map_err(classify)
+        let done = self.0.with(session, move |conn, session| {
+            Box::pin(async move {
+                let mut tx = session.begin(conn).await?;
+                let done = work(&mut tx, session.keeps_statements()).await?;
+                tx.commit().await?;
+                Ok(done)
+            })
+        });
+        done.await.map_err(classify)
     }
 }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sqlx::postgres::PgConnection;
-use tokio::sync::Mutex;
 
+use super::kept::Kept;
 use super::session::Session;
 use crate::telemetry;
 
@@ -34,8 +34,8 @@ pub(super) struct Cleanup {
     running: AtomicBool,
     /// Citus mode: how many runs there have been, which picks the route.
     runs: AtomicUsize,
-    /// Kept open between runs; dropped after an error.
-    conn: Mutex<Option<PgConnection>>,
+    /// Kept open between runs.
+    conn: Kept,
 }
 
 impl Cleanup {
@@ -45,7 +45,7 @@ impl Cleanup {
             batch,
             running: AtomicBool::new(false),
             runs: AtomicUsize::new(0),
-            conn: Mutex::new(None),
+            conn: Kept::new("cleaning up"),
         }
     }
 
@@ -71,34 +71,33 @@ impl Cleanup {
     /// Deletes up to `batch` expired rows, and as many ended blocks; returns
     /// how many rows it deleted.
     pub async fn run(&self, session: &Session) -> Result<u64, sqlx::Error> {
-        let mut slot = self.conn.lock().await;
-        let conn = match slot.as_mut() {
-            Some(conn) => conn,
-            None => slot.insert(session.open().await?),
-        };
-        let deleted = match session.routes() {
-            None => self.delete(session, conn).await,
-            Some(routes) => {
-                let route = routes.all()[self.runs.fetch_add(1, Ordering::Relaxed) % routes.all().len()];
-                let deleted: Result<(i64,), _> =
-                    sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(self.batch).fetch_one(&mut *conn).await;
-                deleted.map(|(n,)| n.max(0) as u64)
-            }
-        };
-        if deleted.is_err() {
-            *slot = None;
-        }
-        deleted
+        let batch = self.batch;
+        // Each statement is bounded by the server's `statement_timeout`
+        // (below the hard limit): only a server gone silent meets this one.
+        let limit = session.hard_limit() * 3;
+        self.conn
+            .within(session, limit, move |conn, session| match session.routes() {
+                None => Box::pin(delete(session, conn, batch)),
+                Some(routes) => {
+                    let route = routes.all()[self.runs.fetch_add(1, Ordering::Relaxed) % routes.all().len()];
+                    Box::pin(async move {
+                        let query = sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(batch);
+                        let (deleted,): (i64,) = query.fetch_one(conn).await?;
+                        Ok(deleted.max(0) as u64)
+                    })
+                }
+            })
+            .await
     }
+}
 
-    async fn delete(&self, session: &Session, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
-        let mut deleted = 0;
-        let mut tx = session.begin(conn).await?;
-        for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
-            let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(self.batch);
-            deleted += delete.execute(&mut *tx).await?.rows_affected();
-        }
-        tx.commit().await?;
-        Ok(deleted)
+async fn delete(session: &Session, conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    let mut tx = session.begin(conn).await?;
+    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
+        let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
+        deleted += delete.execute(&mut *tx).await?.rows_affected();
     }
+    tx.commit().await?;
+    Ok(deleted)
 }

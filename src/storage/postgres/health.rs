@@ -19,10 +19,10 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnection;
-use tokio::sync::Mutex;
 
+use super::kept::Kept;
 use super::listener::Heard;
-use super::session::{classify, ping_writable, timed_out, Session};
+use super::session::{classify, ping_writable, Session};
 use crate::storage::StoreError;
 
 /// How often an instance records itself.
@@ -51,18 +51,20 @@ WHERE id <> $1 AND last_seen > now() - $2 * interval '1 millisecond'";
 
 pub(super) struct Health {
     id: [u8; 16],
-    /// Taken out while in use, put back only after a success: a connection
-    /// whose call failed or timed out is in an unknown state.
-    conn: Mutex<Option<PgConnection>>,
+    /// For pings only, so that a ping never queues behind a write.
+    conn: Kept,
+    /// The heartbeat's own.
+    beating: Kept,
     instances: AtomicU64,
     latency: Latency,
 }
 
 impl Health {
     /// `conn` is the first health connection, opened with the lanes.
-    pub fn new(conn: PgConnection) -> Self {
-        let (id, conn) = (rand::random(), Mutex::new(Some(conn)));
-        Self { id, conn, instances: AtomicU64::new(1), latency: Latency::new() }
+    pub fn new(session: &Session, conn: PgConnection) -> Self {
+        let (id, conn) = (rand::random(), Kept::opened("answering a ping", session, conn));
+        let beating = Kept::new("beating");
+        Self { id, conn, beating, instances: AtomicU64::new(1), latency: Latency::new() }
     }
 
     /// Instances sharing the database at the last heartbeat, this one included.
@@ -79,35 +81,20 @@ impl Health {
     /// connection fails (it may have been closed while idle), one fresh
     /// connection is tried in what is left of the budget.
     pub async fn ping(&self, session: &Session, budget: Duration) -> Result<(), StoreError> {
-        let ping = async {
-            let mut slot = self.conn.lock().await;
-            if let Some(mut kept) = slot.take() {
-                if self.select_one(&mut kept).await.is_ok() {
-                    *slot = Some(kept);
-                    return Ok(());
-                }
-            }
-            let mut fresh = session.open().await?;
-            self.select_one(&mut fresh).await?;
-            *slot = Some(fresh);
-            Ok(())
-        };
-        match tokio::time::timeout(budget, ping).await {
-            Ok(result) => result.map_err(classify),
-            Err(_) => Err(classify(timed_out("answering a ping"))),
-        }
-    }
-
-    async fn select_one(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        let sent = Instant::now();
-        ping_writable(conn).await?;
-        self.latency.observe(sent.elapsed());
+        let ping = self.conn.within_or_afresh(session, budget, |conn, _| {
+            Box::pin(async move {
+                let sent = Instant::now();
+                ping_writable(conn).await?;
+                Ok(sent.elapsed())
+            })
+        });
+        self.latency.observe(ping.await.map_err(classify)?);
         Ok(())
     }
 
     /// Installs a connection known to work (a successful probe's).
-    pub async fn install(&self, conn: PgConnection) {
-        *self.conn.lock().await = Some(conn);
+    pub async fn install(&self, session: &Session, conn: PgConnection) {
+        self.conn.install(session, conn).await;
     }
 
     /// Beats, and keeps the health connection warm, until the store is dropped.
@@ -116,17 +103,13 @@ impl Health {
         tokio::spawn(async move {
             let mut every = tokio::time::interval(BEAT_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let (mut conn, mut beat) = (None, 0u32);
+            let mut beat = 0u32;
             loop {
                 every.tick().await;
                 beat = beat.wrapping_add(1);
                 let Some(health) = health.upgrade() else { return };
-                // A beat slower than this is no use: the others stop counting
-                // this instance after ALIVE_FOR anyway.
-                match tokio::time::timeout(BEAT_EVERY * 2, health.beat(&session, &mut conn, &heard)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat failed"),
-                    Err(_) => conn = None, // its state is unknown: start afresh
+                if let Err(e) = health.beat(&session, &heard).await {
+                    tracing::debug!(error = %e, "heartbeat failed");
                 }
                 if beat % WARM_EVERY == 1 {
                     let _ = health.ping(&session, BEAT_EVERY).await;
@@ -135,18 +118,14 @@ impl Health {
         });
     }
 
-    async fn beat(
-        &self,
-        session: &Session,
-        slot: &mut Option<PgConnection>,
-        heard: &Heard,
-    ) -> Result<(), sqlx::Error> {
-        let conn = match slot {
-            Some(conn) => conn,
-            None => slot.insert(session.open().await?),
-        };
-        let (others, generation) =
-            Self::beat_on(session, conn, &self.id).await.inspect_err(|_| *slot = None)?;
+    async fn beat(&self, session: &Session, heard: &Heard) -> Result<(), sqlx::Error> {
+        let id = self.id;
+        // A beat slower than this is no use: the others stop counting this
+        // instance after ALIVE_FOR anyway.
+        let beat = self
+            .beating
+            .within(session, BEAT_EVERY * 2, move |conn, session| Box::pin(Self::beat_on(session, conn, id)));
+        let (others, generation) = beat.await?;
         self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
         heard.read(generation.max(0) as u64);
         Ok(())
@@ -156,11 +135,11 @@ impl Health {
     async fn beat_on(
         session: &Session,
         conn: &mut PgConnection,
-        id: &[u8],
+        id: [u8; 16],
     ) -> Result<(i64, i64), sqlx::Error> {
         let alive_ms = ALIVE_FOR.as_millis() as i64;
         let mut tx = session.begin(conn).await?;
-        let beat = sqlx::query_as(BEAT).persistent(session.keeps_statements()).bind(id).bind(alive_ms);
+        let beat = sqlx::query_as(BEAT).persistent(session.keeps_statements()).bind(&id[..]).bind(alive_ms);
         let row = beat.fetch_one(&mut *tx).await?;
         tx.commit().await?;
         Ok(row)

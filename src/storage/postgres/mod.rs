@@ -16,6 +16,7 @@ mod call;
 mod citus;
 mod cleanup;
 mod health;
+mod kept;
 mod lane;
 mod listener;
 mod literal;
@@ -124,7 +125,7 @@ impl PgStore {
         let lanes = Self::start_lanes(&session, conns, options.pipeline);
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
         let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
-        let health = Arc::new(Health::new(health_conn));
+        let health = Arc::new(Health::new(&session, health_conn));
         let heard = Arc::new(Heard::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));
         let (listening, closed) = watch::channel(());
@@ -314,7 +315,7 @@ impl Primary for PgStore {
                 .map_err(classify)?;
         }
         self.session.renew();
-        self.health.install(conn).await;
+        self.health.install(&self.session, conn).await;
         Ok(())
     }
 
