@@ -53,7 +53,7 @@ const MIGRATING: i64 = 0x0070_676c_696d_6974; // "pglimit"
 /// The lock is the transaction's, not the session's (which sqlx's migrator
 /// would take): a transaction pooler may run the unlock on another server
 /// connection and leave the lock held.
-pub(super) async fn bring_up_to_date(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+pub(super) async fn bring_up_to_date(tx: &mut PgConnection, search_path: &str) -> Result<(), sqlx::Error> {
     if is_current(tx).await? {
         return Ok(());
     }
@@ -65,14 +65,14 @@ pub(super) async fn bring_up_to_date(tx: &mut PgConnection) -> Result<(), sqlx::
         MIGRATOR.run(&mut *tx).await.map_err(explain)?;
     }
     if !installed(tx).await? {
-        install(tx).await.map_err(refused)?;
+        install(tx, search_path).await.map_err(refused)?;
     }
     Ok(())
 }
 
-/// The search path for every connection from now on: this build's
-/// functions, then where the tables are (the configured schema, or the
-/// role's search path), as `tx` has it.
+/// The search path for every connection once [`bring_up_to_date`] ran:
+/// this build's functions, then where the tables are (the configured
+/// schema, or the role's search path), as `tx` has it now.
 pub(super) async fn search_path(tx: &mut PgConnection) -> Result<String, sqlx::Error> {
     let (path,): (String,) =
         sqlx::query_as("SELECT concat_ws(', ', quote_ident($1), nullif(current_setting('search_path'), ''))")
@@ -87,13 +87,12 @@ pub(super) async fn search_path(tx: &mut PgConnection) -> Result<String, sqlx::E
 /// create a schema in the database. `PUBLIC` may use the schema: each
 /// function runs with its caller's rights, and reaches only the tables the
 /// caller may.
-async fn install(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+async fn install(tx: &mut PgConnection, search_path: &str) -> Result<(), sqlx::Error> {
     tracing::info!(schema = functions_schema(), "installing this build's functions");
     let schema = super::pooler::quote_ident(functions_schema());
     tx.execute(&*format!("CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO PUBLIC")).await?;
-    let path = search_path(tx).await?;
     sqlx::query("SELECT set_config('search_path', $1, true)")
-        .bind(path)
+        .bind(search_path)
         .persistent(false)
         .execute(&mut *tx)
         .await?;

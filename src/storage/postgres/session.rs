@@ -164,8 +164,8 @@ impl Session {
         if let Some(schema) = &self.schema {
             create_schema(&mut tx, schema).await?;
         }
-        super::schema::bring_up_to_date(&mut tx).await?;
         let path = super::schema::search_path(&mut tx).await?;
+        super::schema::bring_up_to_date(&mut tx, &path).await?;
         set_persistence(&mut tx, unlogged).await?;
         // The migrator prepares named statements: none may outlive the
         // transaction on a server connection a pooler hands to others.
