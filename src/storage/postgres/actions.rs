@@ -20,29 +20,6 @@ const RESET: [&str; 2] = [
     "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[]) AND kind = 'lockout'",
 ];
 
-/// An operator's block replaces whatever block the key had.
-const BLOCK: &str = "
-INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket, reason)
-SELECT t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5
-FROM unnest($1::bytea[], $3::text[], $4::text[]) AS t(key, policy, bucket)
-ORDER BY t.key
-ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
-    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = now()
-RETURNING until";
-
-/// The same in Citus mode, where a block's row also carries its key's route
-/// ($6), and the update may use no `now()` of its own (Citus refuses
-/// functions that are not IMMUTABLE there). Actions are rare, so they may
-/// span shards (a two-phase commit).
-const BLOCK_ROUTED: &str = "
-INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket, reason, created_at)
-SELECT t.route, t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5, now()
-FROM unnest($1::bytea[], $3::text[], $4::text[], $6::integer[]) AS t(key, policy, bucket, route)
-ORDER BY t.route, t.key
-ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
-    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = EXCLUDED.created_at
-RETURNING until";
-
 const UNBLOCK: &str = "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[])";
 
 const LIST: &str = "
@@ -82,26 +59,16 @@ impl ActionConn {
         reason: Option<&str>,
     ) -> Result<DateTime<Utc>, StoreError> {
         let targets = targets.to_vec();
-        let routes: Option<Vec<i32>> =
-            session.routes().map(|r| targets.iter().map(|t| r.of(&t.key)).collect());
+        // An operator's block replaces whatever block the key had.
+        let blocking = session.layout().block(&targets);
         let (ms, reason) =
             (i64::try_from(duration.as_millis()).unwrap_or(i64::MAX), reason.map(str::to_owned));
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
+                let ends = blocking.run(&mut *tx, &targets, ms, reason, keep).await?;
                 let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
-                let query = sqlx::query_as(if routes.is_some() { BLOCK_ROUTED } else { BLOCK })
-                    .persistent(keep)
-                    .bind(raw(&keys))
-                    .bind(ms)
-                    .bind(targets.iter().map(|t| t.policy.to_string()).collect::<Vec<_>>())
-                    .bind(targets.iter().map(|t| t.bucket.to_string()).collect::<Vec<_>>())
-                    .bind(reason);
-                let ends: Vec<(DateTime<Utc>,)> = match routes {
-                    None => query.fetch_all(&mut *tx).await?,
-                    Some(routes) => query.bind(routes).fetch_all(&mut *tx).await?,
-                };
                 announce(tx, &keys, keep).await?;
-                Ok(ends.into_iter().map(|(until,)| until).max().unwrap_or_else(Utc::now))
+                Ok(ends.into_iter().max().unwrap_or_else(Utc::now))
             })
         })
         .await

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::lane::{Job, Task};
+use super::layout::Layout;
 use super::session::{classify, is_sqlstate, timed_out, Session};
-use super::{citus, statements};
 use crate::storage::{Answer, CallTiming, CheckBatch, StoreKind};
 use crate::telemetry;
 
@@ -71,11 +71,11 @@ async fn run(
         return Err(timed_out("connecting"));
     };
     let work = async {
-        match (session.routes(), tasks.first().is_none_or(|t| t.is_check())) {
-            (None, true) => statements::decide(conn, batches, now, session.per_transaction()).await,
-            (Some(routes), true) => citus::decide(conn, routes, batches, now).await,
-            (Some(routes), false) => refund(conn, routes, batches, tasks).await,
-            (None, false) => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+        let layout = session.layout();
+        if tasks.first().is_none_or(|t| t.is_check()) {
+            layout.decide(conn, batches, now, session.per_transaction()).await
+        } else {
+            refund(conn, layout, batches, tasks).await
         }
     };
     let result = match tokio::time::timeout(session.hard_limit(), work).await {
@@ -98,7 +98,7 @@ fn ended_by_server(e: &sqlx::Error) -> bool {
 /// Gives back each batch's take, one call per batch (each on one worker).
 async fn refund(
     conn: &mut PgConnection,
-    routes: &citus::Routes,
+    layout: &Layout,
     batches: &[&CheckBatch],
     tasks: &[&Task],
 ) -> Result<Vec<Answer>, sqlx::Error> {
@@ -107,7 +107,7 @@ async fn refund(
         let Task::Refund(taken) = task else {
             return Err(sqlx::Error::Protocol("a check among refunds".into()));
         };
-        citus::refund(conn, routes, batch, taken).await?;
+        layout.refund(conn, batch, taken).await?;
         answers.push(Answer {
             buckets: Vec::new(),
             now: taken.now,

@@ -1,30 +1,13 @@
 //! Deleting expired rows without a cron: a sample of checks starts a
-//! bounded background delete, at most one at a time per instance.
+//! bounded background delete, at most one at a time per instance. The
+//! deletes themselves are the layout's ([`super::layout`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sqlx::postgres::PgConnection;
-
 use super::kept::Kept;
 use super::session::Session;
 use crate::telemetry;
-
-/// A row past `expires_at` is equivalent to no row for every algorithm,
-/// so deleting it changes no answer. Rows locked by a check in progress are
-/// skipped, never waited for.
-const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
-    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Blocks past their end, likewise: an ended block is no block.
-const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
-    SELECT key FROM pglimit_blocks WHERE until <= now()
-    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Citus mode: both deletes on one route's shard (a distributed
-/// `FOR UPDATE SKIP LOCKED` is refused); each run takes the next route.
-const DELETE_ON_ROUTE: &str = "SELECT pglimit_cleanup_route($1, $2::integer)";
 
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.
@@ -32,7 +15,7 @@ pub(super) struct Cleanup {
     /// Most rows one cleanup deletes.
     batch: i64,
     running: AtomicBool,
-    /// Citus mode: how many runs there have been, which picks the route.
+    /// How many runs there have been, which in Citus mode picks the route.
     runs: AtomicUsize,
     /// Kept open between runs.
     conn: Kept,
@@ -76,28 +59,10 @@ impl Cleanup {
         // (below the hard limit): only a server gone silent meets this one.
         let limit = session.hard_limit() * 3;
         self.conn
-            .within(session, limit, move |conn, session| match session.routes() {
-                None => Box::pin(delete(session, conn, batch)),
-                Some(routes) => {
-                    let route = routes.all()[self.runs.fetch_add(1, Ordering::Relaxed) % routes.all().len()];
-                    Box::pin(async move {
-                        let query = sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(batch);
-                        let (deleted,): (i64,) = query.fetch_one(conn).await?;
-                        Ok(deleted.max(0) as u64)
-                    })
-                }
+            .within(session, limit, move |conn, session| {
+                let run = self.runs.fetch_add(1, Ordering::Relaxed);
+                Box::pin(session.layout().cleanup(session, conn, batch, run))
             })
             .await
     }
-}
-
-async fn delete(session: &Session, conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
-    let mut deleted = 0;
-    let mut tx = session.begin(conn).await?;
-    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
-        let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
-        deleted += delete.execute(&mut *tx).await?.rows_affected();
-    }
-    tx.commit().await?;
-    Ok(deleted)
 }

@@ -2,7 +2,7 @@
 //!
 //! Checks are queued to a *lane* ([`lane`]), a task that owns a few
 //! connections and sends the checks waiting for it as one call (see
-//! [`statements`]): one round trip and one transaction for the whole batch,
+//! [`layout`]): one round trip and one transaction for the whole batch,
 //! each check still decided on its own, all or nothing. It keeps a call in
 //! flight on each connection, so that commits overlap, and holds back a
 //! check only while a call in flight has one of its keys. In Citus mode there
@@ -18,6 +18,7 @@ mod cleanup;
 mod health;
 mod kept;
 mod lane;
+mod layout;
 mod listener;
 mod literal;
 mod pooler;
@@ -141,16 +142,12 @@ impl PgStore {
     /// One lane on every connection; in Citus mode, one lane per connection,
     /// since each worker's checks go to a lane of their own.
     fn start_lanes(session: &Arc<Session>, conns: Vec<sqlx::PgConnection>, depth: u32) -> Arc<[LaneHandle]> {
-        let groups: Vec<Vec<_>> = match session.routes() {
-            Some(_) => conns.into_iter().map(|conn| vec![conn]).collect(),
-            None => vec![conns],
-        };
         let start = |conns| {
             let (queue, jobs) = mpsc::channel(1024);
             tokio::spawn(lane(Arc::clone(session), jobs, conns, depth as usize));
             LaneHandle { queue }
         };
-        groups.into_iter().map(start).collect()
+        session.layout().lanes(conns).into_iter().map(start).collect()
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -166,8 +163,8 @@ impl PgStore {
     }
 
     async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Answer, StoreError> {
-        if let Some(routes) = self.session.routes() {
-            return self.submit_parts(citus::split(routes, batch), batch, now).await;
+        if let Some(parts) = self.session.layout().split(batch) {
+            return self.submit_parts(parts, batch, now).await;
         }
         let Some(lane) = self.lanes.first() else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
@@ -307,13 +304,7 @@ impl Primary for PgStore {
     async fn probe(&self) -> Result<(), StoreError> {
         let mut conn = self.session.open().await.map_err(classify)?;
         session::ping_writable(&mut conn).await.map_err(classify)?;
-        for &route in self.session.routes().map_or(&[][..], |r| r.all()) {
-            sqlx::query("SELECT pglimit_ping_route($1)")
-                .bind(route)
-                .execute(&mut conn)
-                .await
-                .map_err(classify)?;
-        }
+        self.session.layout().ping_workers(&mut conn).await.map_err(classify)?;
         self.session.renew();
         self.health.install(&self.session, conn).await;
         Ok(())

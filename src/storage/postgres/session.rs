@@ -8,7 +8,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
-use super::citus::{self, Citus, Routes};
+use super::citus::{self, Citus};
+use super::layout::Layout;
 use super::pooler::{quote_ident, Pooler, Settings};
 use crate::storage::StoreError;
 
@@ -20,8 +21,8 @@ pub(super) struct Session {
     hard_limit: Duration,
     /// Bumped when Postgres comes back, so lanes drop connections from before.
     generation: AtomicU64,
-    /// Set by [`Session::prepare`] in Citus mode.
-    routes: OnceLock<Routes>,
+    /// Set by [`Session::prepare`]; a single node until then.
+    layout: OnceLock<Layout>,
     /// `connect` without TLS, once a handshake failed under `sslmode=prefer`.
     plaintext: OnceLock<PgConnectOptions>,
     pooler: Pooler,
@@ -49,7 +50,7 @@ impl Session {
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
-        let (generation, routes, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
+        let (generation, layout, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
         let path = reach.schema.as_deref().map(quote_ident);
         let first_settings = Settings::new(longest_wait, path.as_deref());
         let (pooler, schema, settings) = (reach.pooler, reach.schema, OnceLock::new());
@@ -57,7 +58,7 @@ impl Session {
             connect,
             hard_limit,
             generation,
-            routes,
+            layout,
             plaintext,
             pooler,
             longest_wait,
@@ -110,11 +111,7 @@ impl Session {
             if self.pooler != Pooler::Transaction {
                 conn.execute(self.settings().for_session()).await?;
             }
-            if self.routes.get().is_some() {
-                // Citus delegates a call to the worker of its route only when
-                // it sees the route's value: a generic plan has a parameter.
-                sqlx::query("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await?;
-            }
+            self.layout().configure(&mut conn).await?;
             Ok(conn)
         };
         match tokio::time::timeout(self.hard_limit, open).await {
@@ -171,10 +168,14 @@ impl Session {
         // transaction on a server connection a pooler hands to others.
         tx.clear_cached_statements().await?;
         tx.commit().await?;
-        if let Some(routes) = citus::setup(&mut conn, citus, &path).await? {
-            self.refuse_with_citus()?;
-            let _ = self.routes.set(routes);
-        }
+        let layout = match citus::setup(&mut conn, citus, &path).await? {
+            Some(routes) => {
+                self.refuse_with_citus()?;
+                Layout::Citus(routes)
+            }
+            None => Layout::Single,
+        };
+        let _ = self.layout.set(layout);
         let _ = self.settings.set(Settings::new(self.longest_wait, Some(&path)));
         conn.close().await
     }
@@ -195,9 +196,10 @@ impl Session {
         Err(sqlx::Error::Configuration(refused.into()))
     }
 
-    /// The routes of Citus mode; `None` on a single node.
-    pub fn routes(&self) -> Option<&Routes> {
-        self.routes.get()
+    /// Where the rows are: on a single node until [`Session::prepare`] knows.
+    pub fn layout(&self) -> &Layout {
+        static SINGLE: Layout = Layout::Single;
+        self.layout.get().unwrap_or(&SINGLE)
     }
 }
 

@@ -13,23 +13,23 @@
 //! A check whose buckets are on different workers (a `login` check's three
 //! buckets often are) is split into one part per worker, decided on each at
 //! once; if any part is denied, the parts that were admitted give back what
-//! they took ([`refund`]). All or nothing holds, and no limit is ever
+//! they took. All or nothing holds, and no limit is ever
 //! exceeded: between the taking and the giving back, another check may be
 //! denied by a bucket that is only momentarily full (docs/scaling.md, "Design").
+//!
+//! This module sets the cluster up and places the keys; the statements of
+//! Citus mode are the layout's (`layout/citus.rs`).
 
 mod parts;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
-use super::statements;
-use crate::storage::{Answer, CheckBatch, Key};
+use crate::storage::Key;
 pub(super) use parts::{merge, split, Part};
 
 /// Citus mode (docs/scaling.md, "When and how"): counters distributed by
@@ -49,9 +49,6 @@ pub enum Citus {
 const SETUP: &str = include_str!("setup.sql");
 /// The functions each call runs on one shard; replaced at every start.
 pub(super) const FUNCTIONS: &str = include_str!("functions.sql");
-
-/// Gives back what one part of a denied check took; see `functions.sql`.
-const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The worker (Citus group) holding each route's shard, in slot order.
 const PLACEMENTS: &str = "
@@ -98,12 +95,6 @@ impl Routes {
         self.workers.store(Arc::new(rows.into_iter().map(|(g,)| g.unwrap_or(0)).collect()));
         Ok(())
     }
-}
-
-/// Whether a call failed because a shard it expected had moved away.
-fn moved(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001")
-        && db.message().starts_with("pglimit: shard"))
 }
 
 /// Whether to use Citus mode, per `wanted` and the database; in Citus mode,
@@ -156,92 +147,4 @@ pub(super) async fn setup(
         "Citus mode: each check is decided on the workers of its keys"
     );
     Ok(Some(routes))
-}
-
-/// Decides `batches` (each on a single worker, as last read) with one call
-/// per worker, and returns one answer per batch, in order.
-pub(super) async fn decide(
-    conn: &mut PgConnection,
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    now: Option<DateTime<Utc>>,
-) -> Result<Vec<Answer>, sqlx::Error> {
-    let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
-    for members in by_worker(routes, batches, 0..batches.len()) {
-        let decided = match decide_on_worker(conn, routes, batches, &members, now).await {
-            Err(e) if moved(&e) => {
-                // Nothing was written: read the placements and send anew.
-                routes.refresh(conn).await?;
-                let mut again = Vec::new();
-                for members in by_worker(routes, batches, members.iter().copied()) {
-                    let decided = decide_on_worker(conn, routes, batches, &members, now).await?;
-                    again.extend(members.into_iter().zip(decided));
-                }
-                again
-            }
-            decided => members.into_iter().zip(decided?).collect(),
-        };
-        for (i, answer) in decided {
-            answers[i] = Some(answer);
-        }
-    }
-    answers
-        .into_iter()
-        .map(|a| a.ok_or_else(|| sqlx::Error::Protocol("a check was left undecided".into())))
-        .collect()
-}
-
-/// The batches among `members` grouped by the worker of their first bucket.
-fn by_worker(
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    members: impl Iterator<Item = usize>,
-) -> Vec<Vec<usize>> {
-    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    for i in members {
-        let worker = batches[i].buckets.first().map_or(0, |b| routes.worker(&b.key));
-        groups.entry(worker).or_default().push(i);
-    }
-    groups.into_values().collect()
-}
-
-async fn decide_on_worker(
-    conn: &mut PgConnection,
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    members: &[usize],
-    now: Option<DateTime<Utc>>,
-) -> Result<Vec<Answer>, sqlx::Error> {
-    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-    let bucket_routes: Vec<i32> =
-        group.iter().flat_map(|b| b.buckets.iter().map(|bucket| routes.of(&bucket.key))).collect();
-    let route = bucket_routes.first().copied().unwrap_or(routes.routes[0]);
-    statements::decide_on_node(conn, route, &bucket_routes, &group, now).await
-}
-
-/// Gives back, on the worker of `batch`'s buckets, what it took, as `taken`
-/// answered it.
-pub(super) async fn refund(
-    conn: &mut PgConnection,
-    routes: &Routes,
-    batch: &CheckBatch,
-    taken: &Answer,
-) -> Result<(), sqlx::Error> {
-    let bucket_routes: Vec<i32> = batch.buckets.iter().map(|b| routes.of(&b.key)).collect();
-    let Some(&route) = bucket_routes.first() else { return Ok(()) };
-    let column =
-        |f: fn(&crate::storage::BucketSpec) -> i64| batch.buckets.iter().map(f).collect::<Vec<i64>>();
-    sqlx::query(REFUND)
-        .bind(route)
-        .bind(&bucket_routes)
-        .bind(batch.buckets.iter().map(|b| b.key.as_slice()).collect::<Vec<_>>())
-        .bind(column(|b| i64::try_from(b.limit).unwrap_or(i64::MAX)))
-        .bind(column(|b| i64::try_from(b.window.as_millis()).unwrap_or(i64::MAX)))
-        .bind(batch.buckets.iter().map(|b| b.algorithm.code()).collect::<Vec<_>>())
-        .bind(vec![i64::try_from(batch.cost).unwrap_or(i64::MAX); batch.buckets.len()])
-        .bind(taken.now)
-        .bind(taken.buckets.iter().map(|b| b.reset_at).collect::<Vec<_>>())
-        .execute(conn)
-        .await?;
-    Ok(())
 }

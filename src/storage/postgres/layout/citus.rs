@@ -1,0 +1,195 @@
+//! The statements of Citus mode: each call confined to one worker, or to
+//! one route's shard, as [`Routes`] places the keys (see [`super::super::citus`]).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
+use super::{AbsorbSql, Absorbing, Blocking};
+use crate::storage::postgres::citus::Routes;
+use crate::storage::postgres::literal::Arg;
+use crate::storage::postgres::statements;
+use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
+
+/// The batch function for buckets on one worker: $10 is the route Citus
+/// sends the call by, $11 each bucket's route. See `citus/functions.sql`.
+const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Gives back what one part of a denied check took; see `citus/functions.sql`.
+const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Both of the cleanup's deletes on one route's shard (a distributed
+/// `FOR UPDATE SKIP LOCKED` is refused); each run takes the next route.
+const DELETE_ON_ROUTE: &str = "SELECT pglimit_cleanup_route($1, $2::integer)";
+
+/// An operator's block, whose row also carries its key's route ($6); the
+/// update may use no `now()` of its own (Citus refuses functions that are
+/// not IMMUTABLE there). Actions are rare, so they may span shards (a
+/// two-phase commit).
+const BLOCK_ROUTED: &str = "
+INSERT INTO pglimit_blocks AS k (route, key, until, kind, policy, bucket, reason, created_at)
+SELECT t.route, t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5, now()
+FROM unnest($1::bytea[], $3::text[], $4::text[], $6::integer[]) AS t(key, policy, bucket, route)
+ORDER BY t.route, t.key
+ON CONFLICT (route, key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
+    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = EXCLUDED.created_at
+RETURNING until";
+
+/// The single node's write-back confined to one route ($7 in `write`, $2
+/// in the others), so that each transaction is on one shard.
+static ABSORB_ROUTE: AbsorbSql = AbsorbSql {
+    lock: "
+INSERT INTO pglimit_buckets AS t (route, key, count, expires_at)
+SELECT $2, k, 0, now() FROM unnest($1::bytea[]) AS k ORDER BY k
+ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false",
+    read: "
+SELECT key, count, prev_count, pglimit_us(expires_at), coalesce(tat_us, 0), coalesce(log, '{}'),
+       pglimit_us(now())
+FROM pglimit_buckets WHERE route = $2 AND key = ANY($1) ORDER BY key FOR UPDATE",
+    write: "
+UPDATE pglimit_buckets t SET
+    count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt, log = s.lg::bigint[]
+FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[])
+     AS s(key, c, p, e, tt, lg)
+WHERE t.route = $7 AND t.key = s.key",
+};
+
+/// Citus delegates a call to the worker of its route only when it sees the
+/// route's value: a generic plan has a parameter.
+pub(super) async fn configure(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SET plan_cache_mode = force_custom_plan").execute(conn).await?;
+    Ok(())
+}
+
+/// Whether a call failed because a shard it expected had moved away.
+fn moved(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001")
+        && db.message().starts_with("pglimit: shard"))
+}
+
+/// Decides `batches` (each on a single worker, as last read) with one call
+/// per worker, and returns one answer per batch, in order.
+pub(super) async fn decide(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
+    for members in by_worker(routes, batches, 0..batches.len()) {
+        let decided = match decide_on_worker(conn, routes, batches, &members, now).await {
+            Err(e) if moved(&e) => {
+                // Nothing was written: read the placements and send anew.
+                routes.refresh(conn).await?;
+                let mut again = Vec::new();
+                for members in by_worker(routes, batches, members.iter().copied()) {
+                    let decided = decide_on_worker(conn, routes, batches, &members, now).await?;
+                    again.extend(members.into_iter().zip(decided));
+                }
+                again
+            }
+            decided => members.into_iter().zip(decided?).collect(),
+        };
+        for (i, answer) in decided {
+            answers[i] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.ok_or_else(|| sqlx::Error::Protocol("a check was left undecided".into())))
+        .collect()
+}
+
+/// The batches among `members` grouped by the worker of their first bucket.
+fn by_worker(
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: impl Iterator<Item = usize>,
+) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for i in members {
+        let worker = batches[i].buckets.first().map_or(0, |b| routes.worker(&b.key));
+        groups.entry(worker).or_default().push(i);
+    }
+    groups.into_values().collect()
+}
+
+async fn decide_on_worker(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: &[usize],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+    let bucket_routes: Vec<i32> =
+        group.iter().flat_map(|b| b.buckets.iter().map(|bucket| routes.of(&bucket.key))).collect();
+    let route = bucket_routes.first().copied().unwrap_or(routes.all()[0]);
+    let mut args = statements::check_args(&group, now);
+    args.extend([Arg::Int(route), Arg::Ints(bucket_routes)]);
+    let rows = statements::fetch_rows(conn, CHECK_NODE, args, None).await?;
+    statements::answers(&group, rows)
+}
+
+/// Gives back, on the worker of `batch`'s buckets, what it took, as `taken`
+/// answered it.
+pub(super) async fn refund(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batch: &CheckBatch,
+    taken: &Answer,
+) -> Result<(), sqlx::Error> {
+    let bucket_routes: Vec<i32> = batch.buckets.iter().map(|b| routes.of(&b.key)).collect();
+    let Some(&route) = bucket_routes.first() else { return Ok(()) };
+    let column = |f: fn(&BucketSpec) -> i64| batch.buckets.iter().map(f).collect::<Vec<i64>>();
+    sqlx::query(REFUND)
+        .bind(route)
+        .bind(&bucket_routes)
+        .bind(batch.buckets.iter().map(|b| b.key.as_slice()).collect::<Vec<_>>())
+        .bind(column(|b| i64::try_from(b.limit).unwrap_or(i64::MAX)))
+        .bind(column(|b| i64::try_from(b.window.as_millis()).unwrap_or(i64::MAX)))
+        .bind(batch.buckets.iter().map(|b| b.algorithm.code()).collect::<Vec<_>>())
+        .bind(vec![i64::try_from(batch.cost).unwrap_or(i64::MAX); batch.buckets.len()])
+        .bind(taken.now)
+        .bind(taken.buckets.iter().map(|b| b.reset_at).collect::<Vec<_>>())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Cleans up on the next route in turn: `run` counts the cleanups before.
+pub(super) async fn cleanup(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batch: i64,
+    run: usize,
+) -> Result<u64, sqlx::Error> {
+    let route = routes.all()[run % routes.all().len()];
+    let (deleted,): (i64,) = sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(batch).fetch_one(conn).await?;
+    Ok(deleted.max(0) as u64)
+}
+
+pub(super) fn block(routes: &Routes, targets: &[BlockTarget]) -> Blocking {
+    Blocking { sql: BLOCK_ROUTED, routes: Some(targets.iter().map(|t| routes.of(&t.key)).collect()) }
+}
+
+/// A chunk holds one route's buckets only: sorted by route, they come together.
+pub(super) fn order_held(routes: &Routes, held: &mut [Held]) {
+    held.sort_by_key(|h| routes.of(&h.key));
+}
+
+/// The first chunk of `held` (ordered, not empty): up to `most` buckets of the first one's route.
+pub(super) fn absorb(routes: &Routes, held: &[Held], most: usize) -> (usize, Absorbing) {
+    let first = held.first().map_or(routes.all()[0], |h| routes.of(&h.key));
+    let len = held[..held.len().min(most)].iter().take_while(|h| routes.of(&h.key) == first).count();
+    (len, Absorbing { sql: &ABSORB_ROUTE, route: Some(first) })
+}
+
+/// Pings every route, each on its worker, through the coordinator.
+pub(super) async fn ping_workers(conn: &mut PgConnection, routes: &Routes) -> Result<(), sqlx::Error> {
+    for &route in routes.all() {
+        sqlx::query("SELECT pglimit_ping_route($1)").bind(route).execute(&mut *conn).await?;
+    }
+    Ok(())
+}

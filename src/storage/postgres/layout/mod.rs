@@ -1,0 +1,239 @@
+//! Where the rows are: on a single node, or distributed over a Citus cluster
+//! ([`super::citus`]). The layout owns each family of statements that
+//! differs between the two (deciding, refunding, cleaning up, writing back
+//! after an outage, blocking) and says how checks are spread over the lanes;
+//! each variant's statements are in its own file, [`single`] and [`citus`].
+
+mod citus;
+mod single;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
+use super::citus::{Part, Routes};
+use super::session::Session;
+use crate::algorithm::State;
+use crate::storage::{Answer, BlockTarget, CheckBatch, Held, Key};
+
+/// The layout of the rows, set once at start-up ([`Session::prepare`]).
+pub(super) enum Layout {
+    /// One PostgreSQL server (or a Citus coordinator in `PGLIMIT_CITUS=off`).
+    Single,
+    /// Citus mode: the rows distributed by route, each call on one worker.
+    Citus(Routes),
+}
+
+impl Layout {
+    /// Readies a newly opened connection for this layout's statements.
+    pub async fn configure(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Layout::Single => Ok(()),
+            Layout::Citus(_) => citus::configure(conn).await,
+        }
+    }
+
+    /// The lanes' connections, one group per lane: one lane on a single
+    /// node; in Citus mode one per connection, since each worker's checks
+    /// go to a lane of their own.
+    pub fn lanes(&self, conns: Vec<PgConnection>) -> Vec<Vec<PgConnection>> {
+        match self {
+            Layout::Single => vec![conns],
+            Layout::Citus(_) => conns.into_iter().map(|conn| vec![conn]).collect(),
+        }
+    }
+
+    /// In Citus mode, `batch` split into one part per worker; `None` on a
+    /// single node, where a check goes whole to the one lane.
+    pub fn split(&self, batch: &CheckBatch) -> Option<Vec<Part>> {
+        match self {
+            Layout::Single => None,
+            Layout::Citus(routes) => Some(super::citus::split(routes, batch)),
+        }
+    }
+
+    /// Decides `batches` in one call, at `now` (`None`: the database's
+    /// clock), and returns one answer per batch, in order. `per_transaction`:
+    /// behind a transaction pooler, the settings each transaction starts with.
+    pub async fn decide(
+        &self,
+        conn: &mut PgConnection,
+        batches: &[&CheckBatch],
+        now: Option<DateTime<Utc>>,
+        per_transaction: Option<&str>,
+    ) -> Result<Vec<Answer>, sqlx::Error> {
+        match self {
+            Layout::Single => single::decide(conn, batches, now, per_transaction).await,
+            Layout::Citus(routes) => citus::decide(conn, routes, batches, now).await,
+        }
+    }
+
+    /// Gives back what `batch` took, as `taken` answered it: only a part of
+    /// a check split across workers is ever refunded.
+    pub async fn refund(
+        &self,
+        conn: &mut PgConnection,
+        batch: &CheckBatch,
+        taken: &Answer,
+    ) -> Result<(), sqlx::Error> {
+        match self {
+            Layout::Single => Err(sqlx::Error::Protocol("a refund outside Citus mode".into())),
+            Layout::Citus(routes) => citus::refund(conn, routes, batch, taken).await,
+        }
+    }
+
+    /// Deletes up to `batch` expired rows, and as many ended blocks; returns
+    /// how many rows it deleted. `run` counts the cleanups before this one.
+    pub async fn cleanup(
+        &self,
+        session: &Session,
+        conn: &mut PgConnection,
+        batch: i64,
+        run: usize,
+    ) -> Result<u64, sqlx::Error> {
+        match self {
+            Layout::Single => single::cleanup(session, conn, batch).await,
+            Layout::Citus(routes) => citus::cleanup(conn, routes, batch, run).await,
+        }
+    }
+
+    /// The statement of an operator's block on `targets`.
+    pub fn block(&self, targets: &[BlockTarget]) -> Blocking {
+        match self {
+            Layout::Single => single::block(),
+            Layout::Citus(routes) => citus::block(routes, targets),
+        }
+    }
+
+    /// Orders what memory admitted during an outage for [`Layout::absorb`].
+    pub fn order_held(&self, held: &mut [Held]) {
+        if let Layout::Citus(routes) = self {
+            citus::order_held(routes, held);
+        }
+    }
+
+    /// How many of `held` (ordered) to write back in the next transaction,
+    /// at most `most`, and the statements that write them; `None` when
+    /// nothing is left.
+    pub fn absorb(&self, held: &[Held], most: usize) -> Option<(usize, Absorbing)> {
+        if held.is_empty() {
+            return None;
+        }
+        Some(match self {
+            Layout::Single => (held.len().min(most), single::absorb()),
+            Layout::Citus(routes) => citus::absorb(routes, held, most),
+        })
+    }
+
+    /// Whether every worker answers, through the coordinator: the
+    /// coordinator answering says nothing of the workers.
+    pub async fn ping_workers(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        match self {
+            Layout::Single => Ok(()),
+            Layout::Citus(routes) => citus::ping_workers(conn, routes).await,
+        }
+    }
+}
+
+/// An operator's block as a layout writes it: its statement, and in Citus
+/// mode each key's route, bound after the common parameters.
+pub(super) struct Blocking {
+    sql: &'static str,
+    routes: Option<Vec<i32>>,
+}
+
+impl Blocking {
+    /// Blocks `targets` for `ms` milliseconds; returns when each block ends.
+    pub async fn run(
+        self,
+        tx: &mut PgConnection,
+        targets: &[BlockTarget],
+        ms: i64,
+        reason: Option<String>,
+        keep: bool,
+    ) -> Result<Vec<DateTime<Utc>>, sqlx::Error> {
+        let query = sqlx::query_as(self.sql)
+            .persistent(keep)
+            .bind(targets.iter().map(|t| t.key.as_slice()).collect::<Vec<_>>())
+            .bind(ms)
+            .bind(targets.iter().map(|t| t.policy.to_string()).collect::<Vec<_>>())
+            .bind(targets.iter().map(|t| t.bucket.to_string()).collect::<Vec<_>>())
+            .bind(reason);
+        let ends: Vec<(DateTime<Utc>,)> = match self.routes {
+            None => query.fetch_all(tx).await?,
+            Some(routes) => query.bind(routes).fetch_all(tx).await?,
+        };
+        Ok(ends.into_iter().map(|(until,)| until).collect())
+    }
+}
+
+/// A bucket's row as the write-back reads it: key, count, previous count,
+/// expiry and theoretical arrival (µs), log, and the database's clock (µs).
+pub(super) type StoredRow = (Vec<u8>, i64, i64, i64, i64, Vec<i64>, i64);
+
+/// The write-back's three statements: create missing rows and lock them
+/// all, read them, write them.
+pub(super) struct AbsorbSql {
+    lock: &'static str,
+    read: &'static str,
+    write: &'static str,
+}
+
+/// One chunk's write-back as a layout writes it: the statements, and in
+/// Citus mode the chunk's route, bound after the common parameters.
+pub(super) struct Absorbing {
+    sql: &'static AbsorbSql,
+    route: Option<i32>,
+}
+
+impl Absorbing {
+    /// Creates the rows of `keys` if missing, locks them in key order and reads them.
+    pub async fn lock_and_read(
+        &self,
+        tx: &mut PgConnection,
+        keys: &[&[u8]],
+        keep: bool,
+    ) -> Result<Vec<StoredRow>, sqlx::Error> {
+        let (lock, read) = (sqlx::query(self.sql.lock), sqlx::query_as(self.sql.read));
+        let (lock, read) = (lock.persistent(keep).bind(keys), read.persistent(keep).bind(keys));
+        match self.route {
+            None => {
+                lock.execute(&mut *tx).await?;
+                read.fetch_all(tx).await
+            }
+            Some(route) => {
+                lock.bind(route).execute(&mut *tx).await?;
+                read.bind(route).fetch_all(tx).await
+            }
+        }
+    }
+
+    /// Writes each merged state into its row.
+    pub async fn write(
+        &self,
+        tx: &mut PgConnection,
+        merged: &[(&Key, State)],
+        keep: bool,
+    ) -> Result<(), sqlx::Error> {
+        let column = |f: fn(&State) -> i64| merged.iter().map(|(_, s)| f(s)).collect::<Vec<i64>>();
+        let logs: Vec<Option<String>> = merged
+            .iter()
+            .map(|(_, s)| {
+                let items: Vec<String> = s.log.iter().map(i64::to_string).collect();
+                (!s.log.is_empty()).then(|| format!("{{{}}}", items.join(",")))
+            })
+            .collect();
+        let query = sqlx::query(self.sql.write)
+            .persistent(keep)
+            .bind(merged.iter().map(|(k, _)| &k[..]).collect::<Vec<_>>())
+            .bind(column(|s| s.count as i64))
+            .bind(column(|s| s.prev as i64))
+            .bind(column(|s| s.expires_us))
+            .bind(column(|s| s.tat_us))
+            .bind(logs);
+        match self.route {
+            None => query.execute(tx).await?,
+            Some(route) => query.bind(route).execute(tx).await?,
+        };
+        Ok(())
+    }
+}

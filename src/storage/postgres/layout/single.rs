@@ -1,0 +1,129 @@
+//! The statements on a single node: the rows in plain tables.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
+
+use super::{AbsorbSql, Absorbing, Blocking};
+use crate::storage::postgres::session::Session;
+use crate::storage::postgres::statements::{self, Row};
+use crate::storage::postgres::upsert;
+use crate::storage::{Answer, CheckBatch};
+use crate::telemetry;
+
+/// The general case: any algorithms, any number of buckets per check, keys
+/// shared between checks (a hot key). See `pglimit_check_batch` in
+/// `migrations/`.
+const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// The same for a batch in which no key appears twice, decided set-based
+/// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
+const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// A row past `expires_at` is equivalent to no row for every algorithm,
+/// so deleting it changes no answer. Rows locked by a check in progress are
+/// skipped, never waited for.
+const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
+    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Blocks past their end, likewise: an ended block is no block.
+const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
+    SELECT key FROM pglimit_blocks WHERE until <= now()
+    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// An operator's block replaces whatever block the key had.
+const BLOCK: &str = "
+INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket, reason)
+SELECT t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5
+FROM unnest($1::bytea[], $3::text[], $4::text[]) AS t(key, policy, bucket)
+ORDER BY t.key
+ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
+    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = now()
+RETURNING until";
+
+/// The write-back; logs travel as array literals (`{1,2}`): rows of
+/// different lengths cannot share one two-dimensional array.
+static ABSORB: AbsorbSql = AbsorbSql {
+    lock: "
+INSERT INTO pglimit_buckets AS t (key, count, expires_at)
+SELECT k, 0, now() FROM unnest($1::bytea[]) AS k ORDER BY k
+ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false",
+    read: "
+SELECT key, count, prev_count, pglimit_us(expires_at), coalesce(tat_us, 0), coalesce(log, '{}'),
+       pglimit_us(now())
+FROM pglimit_buckets WHERE key = ANY($1) ORDER BY key FOR UPDATE",
+    write: "
+UPDATE pglimit_buckets t SET
+    count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt, log = s.lg::bigint[]
+FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[])
+     AS s(key, c, p, e, tt, lg)
+WHERE t.key = s.key",
+};
+
+/// Decides `batches` with a plain upsert where one serves, else with a
+/// batch function.
+///
+/// `per_transaction`: behind a transaction pooler, the settings each
+/// transaction starts with; the statement then travels with its values
+/// written out ([`statements::fetch_rows`]).
+pub(super) async fn decide(
+    conn: &mut PgConnection,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+    per_transaction: Option<&str>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let distinct = keys_distinct(batches);
+    let via = per_transaction;
+    let function = if distinct { CHECK_DISTINCT } else { CHECK_BATCH };
+    // Written out, a plain upsert is planned on every call, where the batch
+    // functions' own statements keep their plans in the server's session:
+    // behind a transaction pooler the functions were the faster (bench/results/).
+    let road = if via.is_some() { None } else { upsert::road(batches, distinct) };
+    let rows: Vec<Row> = match road {
+        Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
+            Err(e) if upsert::must_retry_with_locks(&e) => {
+                tracing::debug!(
+                    "a bucket's row changed under the upsert; deciding its batch again with locks"
+                );
+                telemetry::upsert_retried();
+                let args = statements::check_args(batches, now);
+                statements::fetch_rows(conn, CHECK_DISTINCT, args, via).await?
+            }
+            rows => rows?,
+        },
+        None => statements::fetch_rows(conn, function, statements::check_args(batches, now), via).await?,
+    };
+    statements::answers(batches, rows)
+}
+
+/// Whether no key appears twice among the buckets of `batches`.
+fn keys_distinct(batches: &[&CheckBatch]) -> bool {
+    let mut keys = HashSet::with_capacity(batches.len() * 3);
+    batches.iter().flat_map(|batch| &batch.buckets).all(|bucket| keys.insert(bucket.key))
+}
+
+/// Both deletes in one transaction.
+pub(super) async fn cleanup(
+    session: &Session,
+    conn: &mut PgConnection,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    let mut tx = session.begin(conn).await?;
+    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
+        let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
+        deleted += delete.execute(&mut *tx).await?.rows_affected();
+    }
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+pub(super) fn block() -> Blocking {
+    Blocking { sql: BLOCK, routes: None }
+}
+
+pub(super) fn absorb() -> Absorbing {
+    Absorbing { sql: &ABSORB, route: None }
+}
