@@ -7,12 +7,16 @@
 // Each test binary uses a different part of this harness.
 #![allow(dead_code)]
 
+pub mod backend;
+pub mod caddy;
 pub mod docs;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod process;
+pub mod proxy;
 pub mod replay;
 pub mod stoppable;
+pub mod traefik;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -1,15 +1,19 @@
-//! pglimit behind real proxies, each a real process in front of a real
-//! pglimit on a real PostgreSQL. Every configuration and policy is read
-//! from docs/proxies.md, so that what a reader copies is what ran here.
+//! pglimit behind real proxies: nginx (`auth_request`), Traefik
+//! (`forwardAuth`) and Caddy (`forward_auth`), each a real process in front
+//! of a real pglimit on a real PostgreSQL. Every configuration and policy
+//! is read from docs/proxies.md, so that what a reader copies is what ran
+//! here.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod caddy;
 mod nginx;
+mod traefik;
 
 use std::path::Path;
 
-use common::docs::fenced_block;
+use common::docs::{fenced_block, replaced};
 use common::process::{http_client, start, Running};
 
 /// The token each proxy sends pglimit.
@@ -19,6 +23,15 @@ const GUIDE: &str = "docs/proxies.md";
 /// The guide's `edge` policy (forward-auth), 5 a minute per client address.
 fn edge_policy() -> String {
     fenced_block(GUIDE, "toml", "[policies.edge.forward_auth]")
+}
+
+/// The `edge` policy as every proxy but nginx takes it: without the 403
+/// nginx needs, so that a denial is the default 429 (the guide says so).
+fn edge_policy_429() -> String {
+    let policy = edge_policy();
+    let line =
+        policy.lines().find(|l| l.starts_with("deny_status = 403")).expect("the guide's deny_status line");
+    replaced(&policy, &format!("{line}\n"), "")
 }
 
 /// A pglimit with `policies` and [`TOKEN`], on a database of its own.
@@ -95,4 +108,20 @@ async fn five_pass_then_429(url: &str, what: &str) -> Vec<reqwest::Response> {
 fn assert_counts_down<'h>(headers: impl IntoIterator<Item = &'h reqwest::header::HeaderMap>, what: &str) {
     let left: Vec<Option<u64>> = headers.into_iter().map(|h| remaining_in(&ratelimit_of(h))).collect();
     assert_eq!(left, [4, 3, 2, 1, 0].map(Some), "{what}: RateLimit's r= of each allowed request");
+}
+
+/// The backend behind a forward-auth proxy saw the five allowed requests
+/// and not the denied one, none of them carrying pglimit's token.
+fn assert_backend_saw_five(
+    backend: &common::backend::Backend,
+    what: &str,
+) -> Vec<reqwest::header::HeaderMap> {
+    let seen = backend.requests_to("/login");
+    assert_eq!(seen.len(), 5, "{what}: the five allowed requests, and not the denied one");
+    let token = format!("Bearer {TOKEN}");
+    for headers in &seen {
+        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+        assert_ne!(authorization, Some(token.as_str()), "{what}: pglimit's token reached the application");
+    }
+    seen
 }
