@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod caddy;
 pub mod docs;
+pub mod envoy;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod process;

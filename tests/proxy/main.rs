@@ -1,24 +1,27 @@
 //! pglimit behind real proxies: nginx (`auth_request`), Traefik
-//! (`forwardAuth`) and Caddy (`forward_auth`), each a real process in front
-//! of a real pglimit on a real PostgreSQL. Every configuration and policy
-//! is read from docs/proxies.md, so that what a reader copies is what ran
-//! here.
+//! (`forwardAuth`), Caddy (`forward_auth`) and Envoy (`ext_authz`, and the
+//! gRPC rate limit service), each a real process in front of a real
+//! pglimit on a real PostgreSQL. Every configuration and policy is read
+//! from docs/proxies.md and docs/proxies-envoy.md, so that what a reader
+//! copies is what ran here.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod caddy;
+mod envoy;
 mod nginx;
 mod traefik;
 
 use std::path::Path;
 
 use common::docs::{fenced_block, replaced};
-use common::process::{http_client, start, Running};
+use common::process::{http_client, start, wait_for_address, Running};
 
 /// The token each proxy sends pglimit.
 const TOKEN: &str = "proxy-test-token";
 const GUIDE: &str = "docs/proxies.md";
+const ENVOY_GUIDE: &str = "docs/proxies-envoy.md";
 
 /// The guide's `edge` policy (forward-auth), 5 a minute per client address.
 fn edge_policy() -> String {
@@ -37,6 +40,14 @@ fn edge_policy_429() -> String {
 /// A pglimit with `policies` and [`TOKEN`], on a database of its own.
 async fn pglimit(policies: &str, dir: &Path) -> Running {
     pglimit_with(policies, dir, &[]).await
+}
+
+/// As [`pglimit`], serving Envoy's rate limit service too; returns it and
+/// its gRPC address.
+async fn pglimit_with_grpc(policies: &str, dir: &Path) -> (Running, String) {
+    let running = pglimit_with(policies, dir, &[("PGLIMIT_GRPC_BIND", "127.0.0.1:0")]).await;
+    let grpc = wait_for_address(&running.log, "listening for gRPC (Envoy's rate limit service)");
+    (running, grpc)
 }
 
 async fn pglimit_with(policies: &str, dir: &Path, extra: &[(&str, &str)]) -> Running {
