@@ -11,7 +11,7 @@
 #   as_root CMD...                CMD as root: directly when root, else with sudo
 #   apt_install PACKAGE...        apt-get install (update first, once per script)
 #   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
-#   need_nginx                    installs Debian's nginx when missing (tests/proxy.rs runs it)
+#   need_nginx                    installs Debian's nginx when missing (tests/proxy/ runs it)
 #   need_pgbouncer                installs Debian's pgbouncer when missing (tests/pooler.rs runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
