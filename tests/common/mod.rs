@@ -11,6 +11,7 @@ pub mod docs;
 pub mod nginx;
 pub mod pgbouncer;
 pub mod process;
+pub mod prometheus;
 pub mod replay;
 pub mod stoppable;
 
