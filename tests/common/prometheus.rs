@@ -124,6 +124,14 @@ impl Prometheus {
             .collect()
     }
 
+    /// Every rule Prometheus has loaded, as `/api/v1/rules` describes it.
+    pub async fn rules(&self) -> Vec<Value> {
+        let reply = http_client().get(self.url("/api/v1/rules")).send().await.expect("rules");
+        let body: Value = reply.json().await.expect("JSON");
+        let groups = body["data"]["groups"].as_array().cloned().unwrap_or_default();
+        groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect()
+    }
+
     /// Polls `promql` until `done` holds for its result, for at most
     /// [`PATIENCE`] scrape intervals; returns that result.
     pub async fn wait_for(
