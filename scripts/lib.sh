@@ -13,6 +13,7 @@
 #   need_command CMD [PACKAGE]    installs PACKAGE (default CMD) with apt when CMD is missing
 #   need_nginx                    installs Debian's nginx when missing (tests/proxy/ runs it)
 #   need_pgbouncer                installs Debian's pgbouncer when missing (tests/pooler.rs runs it)
+#   need_prometheus               installs Debian's prometheus and promtool when missing (tests/monitoring.rs, scripts/check-alerts)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
@@ -287,4 +288,17 @@ need_caddy() {
     apt_install caddy
     command -v caddy >/dev/null 2>&1 || die "caddy still not found after installing it"
     if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now caddy >/dev/null 2>&1 || true; fi
+}
+
+# Debian's prometheus: promtool (scripts/check-alerts) and the server
+# tests/monitoring.rs starts. Without its recommended node exporter, which
+# would start a service of its own. The package also enables a system
+# service on port 9090; the tests start their own, so it is stopped.
+need_prometheus() {
+    command -v promtool >/dev/null 2>&1 && [ -x /usr/bin/prometheus ] && return 0
+    apt_install --no-install-recommends prometheus
+    [ -x /usr/bin/prometheus ] && command -v promtool >/dev/null 2>&1 ||
+        die "prometheus still not found after installing it"
+    if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+    if [ -x /etc/init.d/prometheus ]; then as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true; fi
 }

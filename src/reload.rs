@@ -78,6 +78,9 @@ pub fn spawn<S: Store>(
     limiter: Arc<Limiter<S>>,
     mut hangup: Signal,
 ) -> JoinHandle<()> {
+    if path.is_some() {
+        telemetry::reloads_expected();
+    }
     let (whole, mut made_whole) = mpsc::channel(1);
     let watcher = match &path {
         Some(path) if watch => watch::watch(path, whole)

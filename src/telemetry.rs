@@ -11,21 +11,25 @@
 //! Install before loading policies: their [`PolicyCounters`] are registered
 //! with the recorder installed at that moment.
 //!
+//! Series that can move are registered at 0 from the start (a fresh
+//! instance shows them), so that `rate()` and `increase()` see their first
+//! count; series that cannot happen (a policy's impossible outcomes, reloads
+//! without a policy file) are never shown.
+//!
 //! The slow-check log ([`SlowChecks`]) is here too: what it records is
 //! plain durations and labels, and it serves operators as metrics do.
 
+mod checks;
 mod slow;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Counter, Histogram, SharedString};
+use metrics::{counter, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+pub use checks::{Outcome, PolicyCounters, ADHOC, DECISIONS, STORES};
 pub use slow::{SlowCheck, SlowChecks, SlowListing};
-
-/// The `policy` label of ad hoc keys, which have no policy name.
-pub const ADHOC: &str = "_adhoc";
 
 const CHECKS: &str = "pglimit_checks_total";
 const BUCKET_DENIALS: &str = "pglimit_bucket_denials_total";
@@ -35,6 +39,8 @@ const BATCH_SIZE: &str = "pglimit_batch_size";
 const CHECK_PHASE: &str = "pglimit_check_phase_seconds";
 const UPSERT_RETRIES: &str = "pglimit_upsert_retries_total";
 const DEGRADED: &str = "pglimit_degraded";
+const INSTANCES: &str = "pglimit_instances";
+const REFUSED: &str = "pglimit_postgres_refused_total";
 const SWITCHES: &str = "pglimit_fallback_switches_total";
 const CLEANUP_DELETED: &str = "pglimit_cleanup_deleted_rows_total";
 const RELOADS: &str = "pglimit_policy_reloads_total";
@@ -64,8 +70,13 @@ pub fn install() -> PrometheusHandle {
             describe();
             gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             gauge!(DEGRADED).set(0.0);
-            counter!(UPSERT_RETRIES).increment(0);
-            let _ = DURATIONS.set(STORES.map(|store| histogram!(CHECK_DURATION, "store" => store)));
+            // At 0 from the start, so that increase() sees their first count.
+            for name in [UPSERT_RETRIES, REFUSED, CLEANUP_DELETED] {
+                counter!(name).increment(0);
+            }
+            for direction in ["to_memory", "to_postgres"] {
+                counter!(SWITCHES, "direction" => direction).increment(0);
+            }
             let _ = CALLS.set([histogram!(DB_CALL_DURATION), histogram!(BATCH_SIZE)]);
             let _ = PHASES.set(PHASE_NAMES.map(|phase| histogram!(CHECK_PHASE, "phase" => phase)));
             handle
@@ -101,80 +112,20 @@ fn describe() {
         "Batches an upsert gave up on because another instance changed a bucket under it, decided again with locks"
     );
     describe_gauge!(DEGRADED, "1 while this instance answers without Postgres");
+    describe_gauge!(
+        INSTANCES,
+        "Instances seen alive by this one's last heartbeat (itself included), all sharing its database"
+    );
+    describe_counter!(
+        REFUSED,
+        "Checks Postgres failed alone (a lock or statement timeout, or this instance's queue too long) while reachable, answered as their policy says for an unreachable store"
+    );
     describe_counter!(SWITCHES, "Switches between Postgres and memory, by direction");
     describe_counter!(CLEANUP_DELETED, "Expired bucket rows deleted by the sampled cleanup");
     describe_counter!(RELOADS, "Policy file reloads, by result");
     describe_counter!(PROBLEMS, "Requests answered with a problem document, by problem type");
     describe_gauge!(BUILD_INFO, "Always 1; the labels say which build is running");
 }
-
-/// What a check decided, as `pglimit_checks_total` counts it.
-pub const DECISIONS: [&str; 4] = ["allowed", "denied", "shadow_denied", "error"];
-/// Which store decided it.
-pub const STORES: [&str; 4] = ["postgres", "memory", "none", "deny_cache"];
-
-/// One policy's counters (or ad hoc keys'), registered once when the
-/// policies are loaded, so that recording a check is an atomic add: looking
-/// a labelled counter up in the registry on every check allocated and
-/// hashed its labels, a measurable share of a denial answered from memory.
-#[derive(Debug)]
-pub struct PolicyCounters {
-    name: Arc<str>,
-    /// By decision, then store (see [`DECISIONS`], [`STORES`]).
-    checks: Vec<Counter>,
-    denials: Vec<(Arc<str>, Counter)>,
-}
-
-impl PolicyCounters {
-    /// Registers the counters of policy `name` (`None`: ad hoc keys, whose
-    /// one bucket is `default`) and of its buckets.
-    pub fn new<'a>(name: Option<&Arc<str>>, buckets: impl IntoIterator<Item = &'a Arc<str>>) -> Self {
-        let name = name.cloned().unwrap_or_else(|| Arc::from(ADHOC));
-        let label = || SharedString::from(Arc::clone(&name));
-        let checks = DECISIONS
-            .iter()
-            .flat_map(|d| STORES.iter().map(move |s| (d, s)))
-            .map(|(&decision, &store)| {
-                counter!(CHECKS, "policy" => label(), "decision" => decision, "store" => store)
-            })
-            .collect();
-        let denials = buckets
-            .into_iter()
-            .map(|b| {
-                let bucket = SharedString::from(Arc::clone(b));
-                (Arc::clone(b), counter!(BUCKET_DENIALS, "policy" => label(), "bucket" => bucket))
-            })
-            .collect();
-        Self { name, checks, denials }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// A decided (or failed) check: `decision` one of [`DECISIONS`], `store`
-    /// one of [`STORES`].
-    pub fn check(&self, decision: &str, store: &str, took: Duration) {
-        let d = DECISIONS.iter().position(|x| *x == decision).unwrap_or(3);
-        let s = STORES.iter().position(|x| *x == store).unwrap_or(2);
-        if let Some(counter) = self.checks.get(d * STORES.len() + s) {
-            counter.increment(1);
-        }
-        if let Some(durations) = DURATIONS.get() {
-            durations[s].record(took.as_secs_f64());
-        }
-    }
-
-    /// A bucket that had no room for a check.
-    pub fn bucket_denied(&self, bucket: &str) {
-        if let Some((_, counter)) = self.denials.iter().find(|(name, _)| &**name == bucket) {
-            counter.increment(1);
-        }
-    }
-}
-
-/// The check-duration histogram of each store, registered at [`install`].
-static DURATIONS: OnceLock<[Histogram; 4]> = OnceLock::new();
 
 /// The call-duration and batch-size histograms, registered at [`install`]:
 /// looking them up in the registry hashed their names on every call.
@@ -218,8 +169,28 @@ pub fn cleanup_deleted(rows: u64) {
     counter!(CLEANUP_DELETED).increment(rows);
 }
 
+/// A policy file will be reloaded: both results at 0 from the start, so
+/// that the first failed reload is an increase an alert can see. (Without a
+/// file there is nothing to reload, and no such series.)
+pub fn reloads_expected() {
+    for result in ["ok", "error"] {
+        counter!(RELOADS, "result" => result).increment(0);
+    }
+}
+
 pub fn policy_reload(ok: bool) {
     counter!(RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// The instances this one's heartbeat saw alive, itself included.
+pub fn instances(alive: u64) {
+    gauge!(INSTANCES).set(alive as f64);
+}
+
+/// Postgres failed a check alone (it is still reachable). Rare, so looked
+/// up rather than registered.
+pub fn postgres_refused() {
+    counter!(REFUSED).increment(1);
 }
 
 /// A request answered with a problem document of this type.

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::process::*;
+use common::prometheus::{scrape, value};
 use prometheus_parse::{Scrape, Value as Metric};
 use serde_json::{json, Value};
 
@@ -36,29 +36,6 @@ async fn start_on_fresh_database(extra: &[(&str, &str)], dir: &Path) -> Running 
     ];
     envs.extend_from_slice(extra);
     start(&envs, dir)
-}
-
-/// `/metrics`, parsed by a Prometheus text parser.
-async fn scrape(service: &Running) -> Scrape {
-    let reply = http_client().get(format!("http://{}/metrics", service.addr)).send().await.expect("scrape");
-    assert_eq!(reply.status(), 200);
-    let text = reply.text().await.expect("text");
-    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the Prometheus text format")
-}
-
-/// The value of the counter or gauge `name` with exactly these labels (0 if absent).
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let wanted: HashMap<&str, &str> = labels.iter().copied().collect();
-    let matching = scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == name && wanted.iter().all(|(k, v)| s.labels.get(k) == Some(*v)));
-    matching
-        .map(|s| match &s.value {
-            Metric::Counter(v) | Metric::Gauge(v) | Metric::Untyped(v) => *v,
-            other => panic!("{name} is not a single value: {other:?}"),
-        })
-        .sum()
 }
 
 /// How many observations the histogram `name` holds, over all its labels.

@@ -149,10 +149,13 @@ impl Decision {
 
     /// `allowed`, `denied`, `shadow_denied` or `error`, as metrics count it.
     /// A shadow check that enforcing would have refused for an outage (no
-    /// store decided it) is an `error`, not a would-be denial by a limit.
+    /// store decided it) is an `error`, not a would-be denial by a limit;
+    /// one a deny list would have refused (no store asked either) is a
+    /// would-be denial, as its enforced twin is a denial.
     pub fn outcome(&self) -> &'static str {
+        let deny_listed = self.matched.is_some_and(|m| m.action == Applied::Deny);
         match (self.allowed, self.would_allow) {
-            (true, Some(false)) if self.store == StoreKind::None => "error",
+            (true, Some(false)) if self.store == StoreKind::None && !deny_listed => "error",
             (true, Some(false)) => "shadow_denied",
             (true, _) => "allowed",
             (false, _) => "denied",

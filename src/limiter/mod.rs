@@ -8,6 +8,7 @@
 mod actions;
 mod decision;
 mod key;
+mod outcomes;
 mod plan;
 mod request;
 
@@ -21,6 +22,7 @@ use chrono::Utc;
 pub use actions::BlockRequest;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
+use outcomes::Shape;
 pub use plan::{Applied, Matched, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
@@ -59,12 +61,14 @@ struct InForce {
 }
 
 impl InForce {
-    fn new(policies: Policies) -> Self {
+    /// Registers each policy's metrics for the outcomes it can have.
+    fn new(policies: Policies, shadow_all: bool) -> Self {
         let counters = policies
             .iter()
             .map(|p| {
-                let buckets = p.buckets.iter().map(|b| &b.name);
-                (p.name.to_string(), Arc::new(PolicyCounters::new(Some(&p.name), buckets)))
+                let (buckets, outcomes) =
+                    (p.buckets.iter().map(|b| &b.name), Shape::of(p, shadow_all).outcomes());
+                (p.name.to_string(), Arc::new(PolicyCounters::new(Some(&p.name), buckets, &outcomes)))
             })
             .collect();
         Self { policies: Arc::new(policies), counters }
@@ -72,15 +76,13 @@ impl InForce {
 }
 
 impl<S: Store> Limiter<S> {
-    pub fn new(store: S, policies: Policies, secret: KeySecret) -> Self {
-        let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")]));
-        let in_force = ArcSwap::from_pointee(InForce::new(policies));
-        Self { store, in_force, adhoc, secret, shadow_all: false }
-    }
-
-    /// Puts every policy, and ad hoc keys, in shadow mode.
-    pub fn shadow_everything(self, shadow: bool) -> Self {
-        Self { shadow_all: shadow, ..self }
+    /// `shadow_all` (`PGLIMIT_SHADOW`) puts every policy, and ad hoc keys,
+    /// in shadow mode.
+    pub fn new(store: S, policies: Policies, secret: KeySecret, shadow_all: bool) -> Self {
+        let outcomes = Shape::ad_hoc(shadow_all).outcomes();
+        let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
+        let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
+        Self { store, in_force, adhoc, secret, shadow_all }
     }
 
     pub fn store(&self) -> &S {
@@ -94,7 +96,7 @@ impl<S: Store> Limiter<S> {
 
     /// Puts `policies` in force for every check that starts from now on.
     pub fn replace_policies(&self, policies: Policies) {
-        self.in_force.store(Arc::new(InForce::new(policies)));
+        self.in_force.store(Arc::new(InForce::new(policies, self.shadow_all)));
     }
 
     /// The buckets `request` must check, with their keys, and what to do

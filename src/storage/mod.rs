@@ -28,7 +28,8 @@ pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
 pub use postgres::{
-    functions_schema, kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach,
+    functions_schema, kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach, ALIVE_FOR,
+    BEAT_EVERY,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
 

@@ -15,6 +15,7 @@ pub mod nginx;
 pub mod pgbouncer;
 pub mod process;
 pub mod proxy;
+pub mod prometheus;
 pub mod replay;
 pub mod stoppable;
 pub mod traefik;

@@ -55,8 +55,12 @@ def _die_with_parent() -> None:
 
 def _binary() -> Path:
     path = Path(os.environ.get("PGLIMIT_BIN") or HERE / "../../target/debug/pglimit").resolve()
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(f"no pglimit binary at {path}: build it, or set PGLIMIT_BIN")
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        # One line and exit 1, not the same error under every test.
+        pytest.exit(
+            f"no pglimit binary at {path}: run `cargo build` in the repository's root, or set PGLIMIT_BIN",
+            returncode=1,
+        )
     return path
 
 

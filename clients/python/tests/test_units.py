@@ -1,8 +1,12 @@
-"""Pure parts: timestamps, request bodies, the headers helper, argument checks."""
+"""Pure parts: timestamps, bodies, the headers helper, argument checks; the message without a binary."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +102,21 @@ def test_results_are_frozen_and_hashable() -> None:
     with pytest.raises(AttributeError):
         r.allowed = False  # type: ignore[misc]
     hash(r)
+
+
+
+def test_without_a_pglimit_binary_pytest_says_in_one_line_what_to_run_and_exits_1(tmp_path: Path) -> None:
+    missing = tmp_path / "pglimit"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks.py"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PGLIMIT_BIN": str(missing)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    said = [line for line in run.stdout.splitlines() if "no pglimit binary" in line]
+    assert len(said) == 1, run.stdout
+    assert f"no pglimit binary at {missing}: run `cargo build`" in said[0]
+    assert said[0].endswith("or set PGLIMIT_BIN !"), said[0]

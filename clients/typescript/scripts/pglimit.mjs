@@ -9,7 +9,8 @@
 // PGLIMIT_URL set to a pglimit started for it, then stops pglimit and exits
 // with CMD's status.
 import { spawn } from "node:child_process";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, chmod, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
@@ -22,6 +23,20 @@ export function pglimitBin() {
   return process.env.PGLIMIT_BIN
     ? resolve(process.env.PGLIMIT_BIN)
     : resolve(PACKAGE_DIR, "../../target/debug/pglimit");
+}
+
+/**
+ * What to run, in one line, when there is no pglimit binary to start; else undefined.
+ * @returns {Promise<string | undefined>}
+ */
+export async function missingBinary() {
+  const bin = pglimitBin();
+  const runnable = await access(bin, constants.X_OK)
+    .then(() => stat(bin))
+    .then((found) => found.isFile())
+    .catch(() => false);
+  if (runnable) return undefined;
+  return `no pglimit binary at ${bin}: run \`cargo build\` in the repository's root, or set PGLIMIT_BIN`;
 }
 
 /** @type {Set<() => Promise<void>>} */
@@ -44,6 +59,8 @@ function hookSignals() {
  * @returns {Promise<{ url: string, pid: number, stop: () => Promise<void>, exited: Promise<number | null> }>}
  */
 export async function startPglimit(options = {}) {
+  const missing = await missingBinary();
+  if (missing) throw new Error(missing);
   hookSignals();
   const dataDir = await mkdtemp(join(tmpdir(), "pglimit-ts-"));
   // Run as root, the service runs its cluster as `postgres`, which must be
@@ -60,8 +77,13 @@ export async function startPglimit(options = {}) {
     },
     stdio: ["ignore", "ignore", "pipe"],
   });
+  // A child that failed to spawn emits "error" and never "exit": either
+  // ends it, or stop() would wait forever (and Node exit 13, silently).
   /** @type {Promise<number | null>} */
-  const exited = new Promise((done) => child.once("exit", (code) => done(code)));
+  const exited = new Promise((done) => {
+    child.once("exit", (code) => done(code));
+    child.once("error", () => done(null));
+  });
   const spawnFailed = new Promise((_, fail) => child.once("error", fail));
 
   let stopping;
@@ -115,6 +137,11 @@ function listeningAddr(line) {
 
 async function runCommand(/** @type {string[]} */ argv) {
   if (argv.length === 0) throw new Error("usage: node scripts/pglimit.mjs run -- CMD ARGS...");
+  const missing = await missingBinary();
+  if (missing) {
+    console.error(`scripts/pglimit.mjs: ${missing}`);
+    process.exit(1);
+  }
   const pglimit = await startPglimit();
   const child = spawn(/** @type {string} */ (argv[0]), argv.slice(1), {
     stdio: "inherit",

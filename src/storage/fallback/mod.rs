@@ -195,6 +195,7 @@ impl<P: Primary> Store for FallbackStore<P> {
                 self.fall_back(batch)
             }
             Err(error) => {
+                telemetry::postgres_refused();
                 if self.inner.refused.ready() {
                     tracing::warn!(%error, "postgres refused a check: answered as its policy says for an unreachable store (at most one such line per {:?})", recovery::WARN_EVERY);
                 }

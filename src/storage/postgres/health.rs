@@ -126,7 +126,9 @@ impl Health {
             .beating
             .within(session, BEAT_EVERY * 2, move |conn, session| Box::pin(Self::beat_on(session, conn, id)));
         let (others, generation) = beat.await?;
-        self.instances.store(others.max(0) as u64 + 1, Ordering::Release);
+        let alive = others.max(0) as u64 + 1;
+        self.instances.store(alive, Ordering::Release);
+        crate::telemetry::instances(alive);
         heard.read(generation.max(0) as u64);
         Ok(())
     }

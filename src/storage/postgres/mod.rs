@@ -42,6 +42,7 @@ use actions::ActionConn;
 pub use citus::Citus;
 use cleanup::Cleanup;
 use health::Health;
+pub use health::{ALIVE_FOR, BEAT_EVERY};
 use lane::{lane, Job, Task};
 use listener::Heard;
 pub use pooler::Pooler;
