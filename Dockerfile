@@ -4,18 +4,26 @@
 # user. Needs BuildKit (the default builder of current Docker) for the cache
 # mounts. See README, "Container image".
 
-FROM rust:1.95-slim-bookworm AS build
+# The images to build in and to run from. The defaults are the public ones;
+# scripts/container passes local equivalents (made from Debian's packages
+# and the host's toolchain) to build and test this same file offline.
+ARG BUILDER=rust:1.95-slim-bookworm
+ARG RUNTIME=gcr.io/distroless/cc-debian12:nonroot
+
+FROM ${BUILDER} AS build
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crates downloaded and the dependencies compiled
 # between builds, so a change to pglimit's own code recompiles only pglimit.
-# The binary is copied out because the target directory is a cache, not a layer.
+# The binary is copied out because the target directory is a cache, not a
+# layer. Its debug info goes (the image: 19 MB instead of 101); symbols stay,
+# so a panic's backtrace still names functions.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin pglimit \
-    && cp target/release/pglimit /usr/local/bin/pglimit
+    && strip --strip-debug -o /usr/local/bin/pglimit target/release/pglimit
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME}
 COPY --from=build /usr/local/bin/pglimit /usr/local/bin/pglimit
 # The policy file is mounted here (compose.yaml mounts policies.default.toml);
 # without it the built-in policies apply.

@@ -26,6 +26,7 @@
 #   stop_started [SECONDS]        stop every process that start started
 #   wait_http URL [PID [LOGFILE]] waits until URL answers with any HTTP status
 #   wait_tcp PORT [PID [LOGFILE]] waits until something accepts connections on loopback PORT
+#   need_podman                   podman, buildah, podman-compose, mmdebstrap; exports CONTAINERS_CONF
 
 : "${LIB_NAME:=$(basename "$0")}"
 
@@ -301,4 +302,28 @@ need_prometheus() {
         die "prometheus still not found after installing it"
     if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
     if [ -x /etc/init.d/prometheus ]; then as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true; fi
+}
+
+# Podman, Buildah, podman-compose and mmdebstrap (scripts/container), from
+# Debian, installed when missing. Their defaults fail on these machines
+# (crun on cgroups in hybrid mode, a container's open-file limit above the
+# host's), so CONTAINERS_CONF is exported, pointing at a file of ours.
+need_podman() {
+    local conf
+    if ! command -v podman >/dev/null 2>&1 || ! command -v podman-compose >/dev/null 2>&1 ||
+        ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+        apt_install podman buildah podman-compose mmdebstrap runc uidmap slirp4netns fuse-overlayfs
+    fi
+    command -v podman >/dev/null 2>&1 || die "podman still not found after installing it"
+    conf=$(cache_dir)/containers.conf
+    mkdir -p "$(dirname "$conf")"
+    cat >"$conf" <<'CONF'
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+CONF
+    export CONTAINERS_CONF=$conf
 }
