@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::process::{temp_dir, wait_until_listening, TempDir};
+use super::process::{free_port, temp_dir, wait_until_listening, TempDir};
 
 /// A running PgBouncer; killed and reaped when dropped.
 pub struct PgBouncer {
@@ -135,9 +135,4 @@ fn chown_all(dir: &Path, uid: u32, gid: u32) {
     for path in [dir.to_path_buf(), dir.join("users.txt"), dir.join("pgbouncer.ini")] {
         std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown for pgbouncer");
     }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
 }

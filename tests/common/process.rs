@@ -50,12 +50,25 @@ pub fn wait_until_listening(child: &mut Child, port: u16, log: &Path, what: &str
         }
         if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("wait for {what}: {e}")) {
             let log = std::fs::read_to_string(log).unwrap_or_default();
-            assert!(log.contains("Address already in use"), "{what} exited ({status}): {log}");
+            let taken = log.to_ascii_lowercase().contains("address already in use");
+            assert!(taken, "{what} exited ({status}): {log}");
             return false;
         }
-        assert!(Instant::now() < deadline, "{what} did not listen within 30 s");
+        if Instant::now() >= deadline {
+            panic!("{what} did not listen within 30 s: {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A port nothing listens on now (the kernel's pick, then released).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
 }
 
 pub fn temp_dir(prefix: &str) -> TempDir {

@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Scrape, Value as Metric};
 use serde_json::Value;
 
-use super::process::{http_client, temp_dir, Running, TempDir};
+use super::process::{http_client, Running};
+use super::proxy::{binary_on_path, path, start as start_proxy, Proxy};
 
 /// The scrape and evaluation interval of the configuration written here.
 pub const SCRAPE_EVERY: Duration = Duration::from_secs(1);
@@ -20,56 +20,30 @@ pub const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 /// interval; the rest is room for a loaded machine.
 const PATIENCE: u32 = 30;
 
-/// A running Prometheus; killed and reaped when dropped.
-pub struct Prometheus {
-    child: Child,
-    pub port: u16,
-    pub dir: TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Debian's `/usr/bin/prometheus`, or one on PATH.
-pub fn binary() -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("prometheus"));
-    on_path.chain([PathBuf::from("/usr/bin/prometheus")]).find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!("prometheus is not installed: `apt-get install prometheus` (./scripts/test installs it when missing)")
-    })
-}
+/// A running Prometheus; stopped when dropped.
+pub struct Prometheus(Proxy);
 
 /// Starts Prometheus scraping pglimit's `/metrics` at each of `targets`
-/// (`host:port`, job `pglimit`) and evaluating `rule_files`. A port taken
-/// between choosing and binding it is tried again with another.
+/// (`host:port`, job `pglimit`) and evaluating `rule_files`, and waits until
+/// it says it is ready.
 pub async fn start(targets: &[&str], rule_files: &[PathBuf]) -> Prometheus {
-    for _ in 0..5 {
-        let dir = temp_dir("prometheus");
-        let port = free_port();
+    let binary = binary_on_path(
+        "prometheus",
+        "/usr/bin",
+        "`apt-get install prometheus` (./scripts/test installs it when missing)",
+    );
+    let server = start_proxy("prometheus", &binary, |port, dir: &Path| {
         let config = dir.join("prometheus.yml");
         std::fs::write(&config, configuration(targets, rule_files)).expect("prometheus.yml");
-        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
-        let child = Command::new(binary())
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn prometheus");
-        let mut prometheus = Prometheus { child, port, dir };
-        if prometheus.wait_until_ready().await {
-            return prometheus;
-        }
-    }
-    panic!("prometheus could not listen on a free port five times");
+        vec![
+            format!("--config.file={}", path(&config)),
+            format!("--storage.tsdb.path={}", path(&dir.join("data"))),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+        ]
+    });
+    let prometheus = Prometheus(server);
+    prometheus.wait_until_ready().await;
+    prometheus
 }
 
 fn configuration(targets: &[&str], rule_files: &[PathBuf]) -> String {
@@ -85,24 +59,18 @@ fn configuration(targets: &[&str], rule_files: &[PathBuf]) -> String {
 
 impl Prometheus {
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        self.0.url(path)
     }
 
-    /// True once `/-/ready` answers 200; false if Prometheus exited because
-    /// its port was taken meanwhile. Any other exit fails the test.
-    async fn wait_until_ready(&mut self) -> bool {
+    /// Listening is not ready: the rules and the storage load first.
+    async fn wait_until_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = http_client().get(self.url("/-/ready")).send().await;
             if ready.is_ok_and(|r| r.status() == 200) {
-                return true;
+                return;
             }
-            if let Some(status) = self.child.try_wait().expect("wait for prometheus") {
-                let log = std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default();
-                assert!(log.contains("address already in use"), "prometheus exited ({status}): {log}");
-                return false;
-            }
-            assert!(Instant::now() < deadline, "prometheus was not ready within 60 s");
+            assert!(Instant::now() < deadline, "prometheus was not ready within 60 s: {}", self.0.output());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -149,11 +117,6 @@ impl Prometheus {
             tokio::time::sleep(SCRAPE_EVERY / 4).await;
         }
     }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
 }
 
 /// A file of the repository, by its path from the root.

@@ -1,13 +1,13 @@
-//! A proxy as a real process (Envoy, Traefik, Caddy), started on a free
-//! loopback port in a throwaway directory with a configuration of the
-//! test's own, its output in a log there. Never skipped: without the binary
-//! the test fails saying what to run.
+//! A server as a real process (nginx, Envoy, Traefik, Caddy, Prometheus),
+//! started on a free loopback port in a throwaway directory with a
+//! configuration of the test's own, its output in a log there. Never
+//! skipped: without the binary the test fails saying what to run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use super::process::{temp_dir, TempDir};
+pub use super::process::path;
+use super::process::{free_port, temp_dir, wait_until_listening, TempDir};
 
 /// A running proxy; killed and reaped when dropped.
 pub struct Proxy {
@@ -34,10 +34,12 @@ pub fn binary_from_env(var: &str, install: &str) -> PathBuf {
     }
 }
 
-/// The binary `name` on PATH, or fails with the line that installs it.
-pub fn binary_on_path(name: &str, install: &str) -> PathBuf {
+/// The binary `name` on PATH, else in `also` (Debian puts some in /usr/sbin,
+/// which a non-root PATH may lack), or fails with the line that installs it.
+pub fn binary_on_path(name: &str, also: &str, install: &str) -> PathBuf {
     let paths = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file());
+    let mut candidates = std::env::split_paths(&paths).chain([PathBuf::from(also)]).map(|dir| dir.join(name));
+    let found = candidates.find(|p| p.is_file());
     found.unwrap_or_else(|| panic!("{name} is not installed: {install}"))
 }
 
@@ -78,33 +80,7 @@ impl Proxy {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// True once it accepts connections; false if it exited because the
-    /// port was taken meanwhile. Any other exit fails the test with its
-    /// output; so does no listener within 30 s.
     fn wait_until_listening(&mut self, name: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            if let Some(status) = self.child.try_wait().unwrap_or_else(|e| panic!("wait for {name}: {e}")) {
-                let output = self.output();
-                let taken = output.to_ascii_lowercase().contains("address already in use");
-                assert!(taken, "{name} exited ({status}): {output}");
-                return false;
-            }
-            assert!(Instant::now() < deadline, "{name} did not listen within 30 s: {}", self.output());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_listening(&mut self.child, self.port, &self.log, name)
     }
-}
-
-/// A port nothing listens on now (the kernel's pick, then released).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
-
-pub fn path(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 path")
 }
