@@ -125,8 +125,8 @@ impl Cluster {
         let password = load_or_create_password(dir)?;
         let cleanup = if remove_on_exit { dir } else { Path::new("") };
         let watchdog = spawn_watchdog(&bin, &pg_dir, cleanup, run_as)?;
-        let port = free_port()?;
-        let cluster = Self { bin, pg_dir, port, password, durable, run_as, _watchdog: watchdog };
+        let port = free_port().map_err(|e| io("cannot find a free port".into(), e))?;
+        let mut cluster = Self { bin, pg_dir, port, password, durable, run_as, _watchdog: watchdog };
         if remove_on_exit {
             chown(dir, run_as)?;
         }
@@ -136,8 +136,23 @@ impl Cluster {
             // Left running by a process that died before its watchdog acted.
             cluster.stop(StopMode::Fast)?;
         }
-        cluster.pg_ctl_start()?;
+        cluster.start_on_a_free_port()?;
         Ok(cluster)
+    }
+
+    /// A port found free can be taken before the server binds it (by any
+    /// process on the machine), so a start that lost its port tries another.
+    fn start_on_a_free_port(&mut self) -> Result<(), ClusterError> {
+        const ATTEMPTS: usize = 5;
+        for _ in 1..ATTEMPTS {
+            match self.pg_ctl_start() {
+                Err(ClusterError::Command { output, .. }) if output.contains("Address already in use") => {
+                    self.port = free_port().map_err(|e| io("cannot find a free port".into(), e))?;
+                }
+                result => return result,
+            }
+        }
+        self.pg_ctl_start()
     }
 
     /// When running as root, PostgreSQL runs as `postgres`, which must be
@@ -196,8 +211,17 @@ impl Cluster {
             server.push_str(" -c fsync=off -c full_page_writes=off");
         }
         let log = self.pg_dir.join("server.log");
-        let log = format!("{}", log.display());
-        self.pg_ctl(&["start", "-w", "-t", "60", "-l", &log, "-o", &server])
+        let logged = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        let started =
+            self.pg_ctl(&["start", "-w", "-t", "60", "-l", &format!("{}", log.display()), "-o", &server]);
+        started.map_err(|e| match e {
+            // pg_ctl says only "Examine the log output": the reason is there.
+            ClusterError::Command { what, output } => ClusterError::Command {
+                what,
+                output: format!("{output}\nserver log:\n{}", log_since(&log, logged)),
+            },
+            other => other,
+        })
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Result<(), ClusterError> {
@@ -356,9 +380,32 @@ pub fn read_or_create_private(path: &Path, make: impl FnOnce() -> String) -> Res
     Ok(text)
 }
 
-fn free_port() -> Result<u16, ClusterError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("cannot find a free port".into(), e))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| io("cannot find a free port".into(), e))
+/// What the server wrote to `log` after its first `from` bytes, at most the
+/// last 2 kB of it (the server may be the `postgres` account's, so root reads it).
+fn log_since(log: &Path, from: u64) -> String {
+    let text = fs::read(log).unwrap_or_default();
+    let new = text.get(from as usize..).unwrap_or_default();
+    let tail = &new[new.len().saturating_sub(2048)..];
+    String::from_utf8_lossy(tail).trim().to_owned()
+}
+
+/// A free port on 127.0.0.1 for a server to listen on, chosen at random below
+/// the kernel's ephemeral range: ports the kernel hands out (to `bind(0)` and
+/// to every outgoing connection) would be taken again by the next connection
+/// a busy test machine opens before the server binds it.
+pub fn free_port() -> std::io::Result<u16> {
+    let ephemeral_start = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000.min(ephemeral_start / 2);
+    for _ in 0..100 {
+        let port = rand::Rng::gen_range(&mut rand::thread_rng(), low..ephemeral_start);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
 }
 
 fn io(what: String, e: std::io::Error) -> ClusterError {

@@ -63,8 +63,7 @@ pub fn wait_until_listening(child: &mut Child, port: u16, log: &Path, what: &str
 
 /// A port nothing listens on now (the kernel's pick, then released).
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
+    pglimit::pg_cluster::free_port().expect("a free port")
 }
 
 pub fn path(p: &Path) -> &str {
