@@ -5,11 +5,17 @@
 //! with the outage's states by the model ([`crate::algorithm::absorb`]),
 //! and written back. Locking first means no check can change a row between
 //! our read and our write.
+//!
+//! A commit whose answer does not arrive in time may still have committed:
+//! retrying it would count the outage's admissions twice. So each chunk
+//! notes its transaction id, and such a commit's fate is asked of the
+//! server (`pg_xact_status`) before the chunk is called unwritten.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, Postgres};
+use sqlx::{Connection, Transaction};
 
 use super::layout::{Absorbing, StoredRow};
 use super::session::{timed_out, Session};
@@ -18,6 +24,8 @@ use crate::storage::{Held, Key};
 
 /// Most buckets written back in one transaction.
 const CHUNK: usize = 1_000;
+/// How often a commit of unknown outcome is asked about.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
 
 /// Folds every held state into its row, a chunk per transaction, each
 /// within `budget`; on failure, returns what was not written.
@@ -30,12 +38,7 @@ pub(super) async fn absorb_all(
     layout.order_held(&mut outage);
     while let Some((len, absorbing)) = layout.absorb(&outage, CHUNK) {
         let rest = outage.split_off(len);
-        let written =
-            match tokio::time::timeout(budget, absorb_chunk(session, conn, &outage, &absorbing)).await {
-                Ok(written) => written,
-                Err(_) => Err(timed_out("writing back what memory admitted")),
-            };
-        if let Err(e) = written {
+        if let Err(e) = absorb_chunk(session, conn, &outage, &absorbing, budget).await {
             outage.extend(rest);
             return Err((e, outage));
         }
@@ -49,7 +52,24 @@ async fn absorb_chunk(
     conn: &mut PgConnection,
     chunk: &[Held],
     absorbing: &Absorbing,
+    budget: Duration,
 ) -> Result<(), sqlx::Error> {
+    let written = tokio::time::timeout(budget, write_chunk(session, conn, chunk, absorbing)).await;
+    let (tx, xid) = written.unwrap_or_else(|_| Err(timed_out("writing back what memory admitted")))?;
+    match tokio::time::timeout(budget, tx.commit()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => settle(session, &xid, e, budget).await,
+        Err(_) => settle(session, &xid, timed_out("committing what memory admitted"), budget).await,
+    }
+}
+
+/// Everything but the commit; returns the open transaction and its id.
+async fn write_chunk<'c>(
+    session: &Session,
+    conn: &'c mut PgConnection,
+    chunk: &[Held],
+    absorbing: &Absorbing,
+) -> Result<(Transaction<'c, Postgres>, String), sqlx::Error> {
     let keep = session.keeps_statements();
     let mut tx = session.begin(conn).await?;
     let keys: Vec<&[u8]> = chunk.iter().map(|h| &h.key[..]).collect();
@@ -61,7 +81,38 @@ async fn absorb_chunk(
         .filter_map(|h| absorb(h.params, stored.get(&h.key), &h.state, now_us).map(|s| (&h.key, s)))
         .collect();
     absorbing.write(&mut tx, &merged, keep).await?;
-    tx.commit().await
+    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut *tx).await?;
+    Ok((tx, xid))
+}
+
+/// Whether the transaction `xid`, whose commit failed with `error` on the
+/// client's side, committed on the server: asked on a new connection until
+/// the server knows (a commit it received is finished even if the client
+/// has gone). Unknown within `budget` counts as unwritten, and says so.
+async fn settle(
+    session: &Session,
+    xid: &str,
+    error: sqlx::Error,
+    budget: Duration,
+) -> Result<(), sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + budget;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout_at(deadline, xact_status(session, xid)).await {
+            Ok(Ok(status)) if status == "committed" => return Ok(()),
+            Ok(Ok(status)) if status == "aborted" => return Err(error),
+            _ => tokio::time::sleep(SETTLE_POLL).await,
+        }
+    }
+    tracing::warn!(%error, "a write-back's commit has no known outcome; it is kept to write again");
+    Err(error)
+}
+
+async fn xact_status(session: &Session, xid: &str) -> Result<String, sqlx::Error> {
+    let mut conn = session.open().await?;
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT pg_xact_status($1::xid8)").bind(xid).fetch_one(&mut conn).await?;
+    let _ = conn.close().await;
+    Ok(status.unwrap_or_default())
 }
 
 fn state_of((key, count, prev, expires_us, tat_us, log, _): StoredRow) -> Option<(Key, State)> {
