@@ -145,6 +145,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         connections: config.db_pool_size,
         pipeline: config.db_pipeline,
         longest_wait: longest_wait(config.db_timeout),
+        patience: config.db_timeout,
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
         unlogged: config.unlogged,

@@ -177,6 +177,7 @@ pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pgli
         connections: 2,
         pipeline: 2,
         longest_wait: std::time::Duration::from_secs(5),
+        patience: std::time::Duration::from_secs(5),
         cleanup_rate: 0.0,
         cleanup_batch: 1000,
         unlogged: false,

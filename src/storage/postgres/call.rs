@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
+use tokio::sync::oneshot;
 
 use super::lane::{Job, Task};
 use super::layout::Layout;
 use super::session::{classify, is_sqlstate, timed_out, Session};
-use crate::storage::{Answer, CallTiming, CheckBatch, StoreKind};
+use crate::storage::{Answer, CallTiming, CheckBatch, StoreError, StoreKind};
 use crate::telemetry;
 
 /// A connection and the session generation it was opened in; `None` until
@@ -22,33 +23,68 @@ pub(super) type Slot = Option<(PgConnection, u64)>;
 /// `slot`, answers each caller, and hands the connection back.
 pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> Slot {
     let sent = Instant::now();
-    let batches: Vec<&CheckBatch> = jobs.iter().map(|job| &job.batch).collect();
-    let tasks: Vec<&Task> = jobs.iter().map(|job| &job.task).collect();
     let now = jobs.first().and_then(|job| job.now);
-    let mut result = run(session, &mut slot, &batches, now, &tasks).await;
-    if result.as_ref().is_err_and(ended_by_server) {
-        // Nothing the ended connection ran was committed: send it again.
-        result = run(session, &mut slot, &batches, now, &tasks).await;
-    }
+    let (jobs, mut replies): (Vec<Sent>, Vec<Reply>) =
+        jobs.into_iter().map(|j| ((j.batch, j.task, j.queued), j.reply)).unzip();
+    let batches: Vec<&CheckBatch> = jobs.iter().map(|(batch, ..)| batch).collect();
+    let tasks: Vec<&Task> = jobs.iter().map(|(_, task, _)| task).collect();
+    let result = tokio::select! {
+        result = run_again_if_ended(session, &mut slot, &batches, now, &tasks) => result,
+        () = abandoned(&mut replies, sent + session.patience()) => {
+            // Every caller stopped waiting and answered from memory: what
+            // this call would take in Postgres must not be taken too (a
+            // pooler holding the statement while the server is down runs it
+            // when the server is back). Dropping the connection withdraws it.
+            return None;
+        }
+    };
     let took = sent.elapsed();
     telemetry::db_call(took, jobs.len());
     let checks = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
     let timing =
-        |job: &Job| CallTiming { queued: sent.saturating_duration_since(job.queued), call: took, checks };
-    for job in &jobs {
-        telemetry::check_phases(timing(job).queued, took);
+        |queued: Instant| CallTiming { queued: sent.saturating_duration_since(queued), call: took, checks };
+    for (_, _, queued) in &jobs {
+        telemetry::check_phases(timing(*queued).queued, took);
     }
     match result {
-        Ok(answers) => jobs.into_iter().zip(answers).for_each(|(job, a)| {
-            let answer = Answer { timing: Some(timing(&job)), ..a };
-            drop(job.reply.send(Ok(answer)));
+        Ok(answers) => jobs.iter().zip(replies).zip(answers).for_each(|(((_, _, queued), reply), a)| {
+            let answer = Answer { timing: Some(timing(*queued)), ..a };
+            drop(reply.send(Ok(answer)));
         }),
         Err(e) => {
             let e = classify(e);
-            jobs.into_iter().for_each(|job| drop(job.reply.send(Err(e.clone()))));
+            replies.into_iter().for_each(|reply| drop(reply.send(Err(e.clone()))));
         }
     }
     slot
+}
+
+type Sent = (CheckBatch, Task, Instant);
+type Reply = oneshot::Sender<Result<Answer, StoreError>>;
+
+/// Resolves once no caller waits for an answer any more and the call has
+/// run past `patience`: a caller gone sooner hung up (its client did), and
+/// dropping a healthy connection for that would let clients churn them.
+async fn abandoned(replies: &mut [Reply], patience: Instant) {
+    for reply in replies.iter_mut() {
+        reply.closed().await;
+    }
+    tokio::time::sleep_until(patience.into()).await;
+}
+
+async fn run_again_if_ended(
+    session: &Session,
+    slot: &mut Slot,
+    batches: &[&CheckBatch],
+    now: Option<DateTime<Utc>>,
+    tasks: &[&Task],
+) -> Result<Vec<Answer>, sqlx::Error> {
+    let result = run(session, slot, batches, now, tasks).await;
+    if result.as_ref().is_err_and(ended_by_server) {
+        // Nothing the ended connection ran was committed: send it again.
+        return run(session, slot, batches, now, tasks).await;
+    }
+    result
 }
 
 /// One call on the connection, opened afresh if it is from before an outage

@@ -61,6 +61,8 @@ pub struct PgStoreOptions {
     /// The longest a caller waits for a check; every server-side limit ends
     /// before it.
     pub longest_wait: Duration,
+    /// `PGLIMIT_DB_TIMEOUT_MS`: how soon a caller may stop waiting for Postgres.
+    pub patience: Duration,
     /// Fraction of checks that start a cleanup of expired rows.
     pub cleanup_rate: f64,
     /// Most rows one cleanup deletes.
@@ -109,7 +111,8 @@ impl PgStore {
     /// Connects, applies the migrations, and starts the lanes.
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self, sqlx::Error> {
         let listen = options.reach.pooler != Pooler::Transaction;
-        let session = Arc::new(Session::new(url, options.longest_wait, options.reach)?);
+        let session =
+            Arc::new(Session::new(url, options.longest_wait, options.reach)?.with_patience(options.patience));
         session.prepare(options.unlogged, options.citus).await?;
         // Connect every lane, and the health connection, now and together:
         // a burst on a cold start would otherwise queue behind a storm of

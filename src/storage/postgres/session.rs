@@ -27,6 +27,8 @@ pub(super) struct Session {
     plaintext: OnceLock<PgConnectOptions>,
     pooler: Pooler,
     longest_wait: Duration,
+    /// How soon a caller may stop waiting and answer without Postgres.
+    patience: Duration,
     /// The settings until [`Session::prepare`] knows where this build's functions are.
     first_settings: Settings,
     /// The settings from then on: the search path starts with the functions' schema.
@@ -62,6 +64,7 @@ impl Session {
             plaintext,
             pooler,
             longest_wait,
+            patience: longest_wait,
             first_settings,
             settings,
             schema,
@@ -99,6 +102,15 @@ impl Session {
     /// How connections are opened, for connections managed elsewhere (the listener's).
     pub fn connect_options(&self) -> PgConnectOptions {
         self.plaintext.get().unwrap_or(&self.connect).clone()
+    }
+
+    pub fn with_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    pub fn patience(&self) -> Duration {
+        self.patience
     }
 
     pub fn hard_limit(&self) -> Duration {
