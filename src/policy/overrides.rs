@@ -114,11 +114,12 @@ impl Policy {
         self.overrides.iter().find(|o| o.matches(values))
     }
 
-    /// The limit `bucket` enforces under `over`: the override's own for it
+    /// The limit `bucket` enforces under `over` (the action of the override
+    /// that matched, the file's or the API's): the override's own for it
     /// if it gives one, otherwise the bucket's. `Unlimited` and `Deny` leave
     /// the number alone; the caller acts on them before counting.
-    pub fn limit_for(&self, bucket: &BucketDef, over: Option<&Override>) -> u64 {
-        match over.map(|o| &o.action) {
+    pub fn limit_for(&self, bucket: &BucketDef, over: Option<&OverrideAction>) -> u64 {
+        match over {
             Some(OverrideAction::Limits(limits)) => limits.get(&bucket.name).copied().unwrap_or(bucket.limit),
             _ => bucket.limit,
         }
