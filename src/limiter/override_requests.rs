@@ -133,13 +133,21 @@ pub async fn watch_overrides<S: Store + Overrides>(limiter: &Arc<Limiter<S>>) {
     }
     let limiter: Weak<Limiter<S>> = Arc::downgrade(limiter);
     tokio::spawn(async move {
+        // A failed load (Postgres away) is retried, each turn holding the
+        // limiter only for its while, so that the task ends with it.
+        let mut failed = false;
         loop {
             let Some(live) = limiter.upgrade() else { return };
-            let heard = tokio::select! {
-                () = live.store.overrides_may_have_changed() => true,
-                () = tokio::time::sleep(ALIVE_CHECK_EVERY) => false,
-            };
-            while heard && live.refresh_overrides().await.is_err() {
+            let heard = failed
+                || tokio::select! {
+                    () = live.store.overrides_may_have_changed() => true,
+                    () = tokio::time::sleep(ALIVE_CHECK_EVERY) => false,
+                };
+            if heard {
+                failed = live.refresh_overrides().await.is_err();
+            }
+            drop(live);
+            if failed {
                 tokio::time::sleep(RETRY_EVERY).await;
             }
         }
