@@ -22,7 +22,6 @@ use arc_swap::ArcSwap;
 use chrono::Utc;
 
 pub use actions::BlockRequest;
-pub use api_overrides::KEYED;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 use outcomes::Shape;
