@@ -207,6 +207,17 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_set_before_a_reload_made_the_bucket_a_sliding_log_is_capped_at_its_largest() {
+        let file = "[policies.api]\nidentifiers = { account = \"text\" }\n[[policies.api.buckets]]\n\
+                    name = \"monthly\"\non = [\"account\"]\nlimit = 10\nwindow = \"1h\"\nalgorithm = \"sliding_log\"\n";
+        let policies = crate::policy::Policies::parse(file).expect("valid");
+        let policy = policies.get("api").expect("api");
+        let action = OverrideAction::Limits([(Arc::from("monthly"), 5_000)].into_iter().collect());
+        let max = crate::algorithm::Algorithm::SlidingLog.max_limit();
+        assert_eq!(policy.limit_for(&policy.buckets[0], Some(&action)), max);
+    }
+
+    #[test]
     fn an_expired_override_no_longer_applies() {
         let keyed = stored_form(&secret(), "api", "account", &Pattern::Exact("acct_42".into()));
         let mut expired = stored("gone", &[("account", &keyed)], "unlimited");
