@@ -12,7 +12,7 @@ use super::actions::MAX_REASON_LEN;
 use super::api_overrides::{stored_form, ApiOverrides};
 use super::Limiter;
 use crate::policy::{Pattern, Policy};
-use crate::storage::{Overrides, Store, StoreError, StoredOverride};
+use crate::storage::{AddedOverride, Overrides, Store, StoreError, StoredOverride};
 
 /// An override as `POST /admin/overrides` gives it: `when`, exactly one of
 /// the three actions, and optionally `until` (RFC 3339) and `note`.
@@ -49,9 +49,10 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 const ALIVE_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 impl<S: Store + Overrides> Limiter<S> {
-    /// Validates and stores `request`; this instance applies it before
-    /// answering, the others when they hear of it.
-    pub async fn add_override(&self, request: &OverrideRequest) -> Result<StoredOverride, OverrideError> {
+    /// Validates and stores `request`, in place of the policy's overrides
+    /// with the same `when`; this instance applies it before answering, the
+    /// others when they hear of it.
+    pub async fn add_override(&self, request: &OverrideRequest) -> Result<AddedOverride, OverrideError> {
         let policies = self.policies();
         let policy = policies
             .get(&request.policy)
@@ -66,9 +67,9 @@ impl<S: Store + Overrides> Limiter<S> {
             note: validate_note(request.note.as_deref())?,
             created_at: Utc::now(),
         };
-        let stored = self.store.add_override(&new).await.map_err(unavailable)?;
+        let added = self.store.add_override(&new).await.map_err(unavailable)?;
         self.refresh_logged().await;
-        Ok(stored)
+        Ok(added)
     }
 
     /// Removes one; `false` if there is none with that id.

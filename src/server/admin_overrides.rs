@@ -58,8 +58,10 @@ pub async fn add(
     let OverrideBody { policy, when, limits, unlimited, deny, until, note } =
         deserialize(&body_bytes(body)?)?;
     let request = OverrideRequest { policy, when, limits, unlimited, deny, until, note };
-    let stored = state.limiter.add_override(&request).await?;
-    Ok((StatusCode::CREATED, Json(listed(&stored))))
+    let added = state.limiter.add_override(&request).await?;
+    let mut body = listed(&added.stored);
+    body["replaced"] = json!(added.replaced);
+    Ok((StatusCode::CREATED, Json(body)))
 }
 
 #[derive(Deserialize)]

@@ -32,6 +32,15 @@ pub struct StoredOverride {
     pub created_at: DateTime<Utc>,
 }
 
+/// An override as stored, and the ids of those it replaced: the policy's
+/// overrides with the same `when`, so that setting a customer's plan
+/// again (a retried signup, an upgrade) leaves one override, not two.
+#[derive(Debug, Clone)]
+pub struct AddedOverride {
+    pub stored: StoredOverride,
+    pub replaced: Vec<String>,
+}
+
 /// Every override in force, as of one overrides generation.
 #[derive(Debug, Clone, Default)]
 pub struct LoadedOverrides {
@@ -43,11 +52,12 @@ pub struct LoadedOverrides {
 /// Changes to API overrides, made in Postgres in one transaction each and
 /// announced to every instance; refused while Postgres is away.
 pub trait Overrides: Send + Sync {
-    /// Stores `new` (its `created_at` is set by the database); answers it as stored.
+    /// Stores `new` (its `created_at` is set by the database) in place of
+    /// the policy's overrides with the same `when`.
     fn add_override(
         &self,
         new: &StoredOverride,
-    ) -> impl Future<Output = Result<StoredOverride, StoreError>> + Send;
+    ) -> impl Future<Output = Result<AddedOverride, StoreError>> + Send;
 
     /// Deletes one; `false` if there was none with that id.
     fn remove_override(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;

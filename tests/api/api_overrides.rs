@@ -171,3 +171,23 @@ async fn the_listing_shows_exact_values_only_by_their_hash() {
     let all = call(&b, "GET", "/admin/overrides", Value::Null).await;
     assert_eq!(all.body["overrides"], listed.body["overrides"], "{}", all.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setting_an_override_again_for_the_same_values_replaces_it() {
+    let (a, b) = two_instances().await;
+    let plan = |monthly: u64| json!({ "policy": "api", "when": { "account": "acct_5" }, "limits": { "monthly": monthly } });
+    let first = add(&a, plan(100)).await;
+    let again = call(&a, "POST", "/admin/overrides", plan(200)).await;
+    assert_eq!(
+        (again.status, &again.body["replaced"]),
+        (StatusCode::CREATED, &json!([first])),
+        "{}",
+        again.body
+    );
+    let second = again.body["id"].clone();
+    until_seen(&b, "acct_5", |body| body["override"]["id"] == second && body["limit"] == 200).await;
+    let listed = call(&b, "GET", "/admin/overrides?policy=api", Value::Null).await;
+    assert_eq!(listed.body["overrides"].as_array().map(Vec::len), Some(1), "{}", listed.body);
+    let gone = call(&a, "DELETE", &format!("/admin/overrides/{first}"), Value::Null).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "the replaced one is gone");
+}

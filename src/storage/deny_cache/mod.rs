@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Actions, Answer, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
-use super::{LoadedOverrides, Overrides, StoredOverride};
+use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -164,7 +164,7 @@ impl<S: Store + Actions> Actions for DenyCache<S> {
 /// Overrides change limits, which are part of a check's fingerprint: no
 /// remembered denial needs forgetting.
 impl<S: Overrides> Overrides for DenyCache<S> {
-    async fn add_override(&self, new: &StoredOverride) -> Result<StoredOverride, StoreError> {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.inner.add_override(new).await
     }
 

@@ -33,7 +33,7 @@ use super::{
     Actions, Answer, Block, BlockTarget, CheckBatch, Key, MemoryFallback, MemoryStore, Primary, Stale, Store,
     StoreError,
 };
-use super::{LoadedOverrides, Overrides, StoredOverride};
+use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use detector::Detector;
 use recovery::Throttle;
 
@@ -254,7 +254,7 @@ impl<P: Primary + Actions> Actions for FallbackStore<P> {
 /// Overrides are written and read in Postgres only: while degraded they are
 /// refused, and each instance keeps applying those it holds in memory.
 impl<P: Primary + Overrides> Overrides for FallbackStore<P> {
-    async fn add_override(&self, new: &StoredOverride) -> Result<StoredOverride, StoreError> {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.refuse_if_degraded()?;
         self.inner.primary.add_override(new).await
     }

@@ -37,8 +37,8 @@ use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Held, Key, LoadedOverrides, Overrides, Primary, Stale,
-    Store, StoreError, StoredOverride, Unabsorbed, OVERRIDES_POLL_EVERY,
+    Actions, AddedOverride, Answer, Block, BlockTarget, CheckBatch, Held, Key, LoadedOverrides, Overrides,
+    Primary, Stale, Store, StoreError, StoredOverride, Unabsorbed, OVERRIDES_POLL_EVERY,
 };
 use actions::ActionConn;
 pub use citus::Citus;
@@ -295,7 +295,7 @@ impl Actions for PgStore {
 }
 
 impl Overrides for PgStore {
-    async fn add_override(&self, new: &StoredOverride) -> Result<StoredOverride, StoreError> {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.actions.add_override(&self.session, new).await
     }
 

@@ -10,7 +10,7 @@ use sqlx::postgres::PgConnection;
 use super::actions::ActionConn;
 use super::listener::{overrides_payload, CHANNEL};
 use super::session::Session;
-use crate::storage::{LoadedOverrides, StoreError, StoredOverride};
+use crate::storage::{AddedOverride, LoadedOverrides, StoreError, StoredOverride};
 
 const INSERT: &str = "
 INSERT INTO pglimit_overrides (id, policy, match, action, limits, until, note)
@@ -20,6 +20,9 @@ VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6, $7) RETURNING created_at";
 const SWEEP: &str = "DELETE FROM pglimit_overrides WHERE until <= now()";
 
 const DELETE: &str = "DELETE FROM pglimit_overrides WHERE id = $1";
+
+/// The policy's overrides with the same `when` (jsonb compares by value).
+const REPLACE: &str = "DELETE FROM pglimit_overrides WHERE policy = $1 AND match = $2::jsonb RETURNING id";
 
 const SELECT: &str = "
 SELECT id, policy, match::text, action, limits::text, until, note, created_at FROM pglimit_overrides
@@ -39,34 +42,27 @@ impl ActionConn {
         &self,
         session: &Session,
         new: &StoredOverride,
-    ) -> Result<StoredOverride, StoreError> {
-        let mut stored = new.clone();
-        let when = serde_json::to_string(&stored.when).unwrap_or_default();
-        let limits =
-            (stored.action == "limits").then(|| serde_json::to_string(&stored.limits).unwrap_or_default());
-        let row = stored.clone();
-        let created_at = self
+    ) -> Result<AddedOverride, StoreError> {
+        let (row, mut stored) = (new.clone(), new.clone());
+        let (created_at, replaced) = self
             .transaction(session, move |tx, keep| {
                 Box::pin(async move {
                     sqlx::query(SWEEP).persistent(keep).execute(&mut *tx).await?;
-                    let (created_at,): (DateTime<Utc>,) = sqlx::query_as(INSERT)
+                    let when = serde_json::to_string(&row.when).unwrap_or_default();
+                    let replaced: Vec<(String,)> = sqlx::query_as(REPLACE)
                         .persistent(keep)
-                        .bind(&row.id)
                         .bind(&row.policy)
-                        .bind(when)
-                        .bind(&row.action)
-                        .bind(limits)
-                        .bind(row.until)
-                        .bind(&row.note)
-                        .fetch_one(&mut *tx)
+                        .bind(&when)
+                        .fetch_all(&mut *tx)
                         .await?;
+                    let created_at = insert(tx, keep, &row, when).await?;
                     announce(tx, keep).await?;
-                    Ok(created_at)
+                    Ok((created_at, replaced.into_iter().map(|(id,)| id).collect()))
                 })
             })
             .await?;
         stored.created_at = created_at;
-        Ok(stored)
+        Ok(AddedOverride { stored, replaced })
     }
 
     pub async fn remove_override(&self, session: &Session, id: &str) -> Result<bool, StoreError> {
@@ -116,6 +112,27 @@ impl ActionConn {
         })
         .await
     }
+}
+
+async fn insert(
+    tx: &mut PgConnection,
+    keep: bool,
+    row: &StoredOverride,
+    when: String,
+) -> Result<DateTime<Utc>, sqlx::Error> {
+    let limits = (row.action == "limits").then(|| serde_json::to_string(&row.limits).unwrap_or_default());
+    let (created_at,): (DateTime<Utc>,) = sqlx::query_as(INSERT)
+        .persistent(keep)
+        .bind(&row.id)
+        .bind(&row.policy)
+        .bind(when)
+        .bind(&row.action)
+        .bind(limits)
+        .bind(row.until)
+        .bind(&row.note)
+        .fetch_one(tx)
+        .await?;
+    Ok(created_at)
 }
 
 async fn select(

@@ -226,7 +226,7 @@ export interface paths {
         put?: never;
         /**
          * Give matching identifier values other limits, an allow or a deny, at runtime
-         * @description Applied by every instance within a second, before the policy file's overrides; of several API overrides that match, the newest applies. Exact values are stored keyed (HMAC), *@domain and CIDR patterns as written. Stops applying by itself at until.
+         * @description Replaces the policy's overrides with the same when (so a retried or repeated POST leaves one). Applied by every instance within a second, before the policy file's overrides; of several API overrides that match, the newest applies. Exact values are stored keyed (HMAC), *@domain and CIDR patterns as written. Stops applying by itself at until.
          */
         post: operations["addOverride"];
         delete?: never;
@@ -603,6 +603,8 @@ export interface components {
             note: string | null;
             /** Format: date-time */
             created_at: string;
+            /** @description POST only: the ids of the policy's overrides with the same when, which this one replaced */
+            replaced?: string[];
         };
     };
     responses: {
