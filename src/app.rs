@@ -82,6 +82,7 @@ impl Service {
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
         let limiter = Arc::new(Limiter::new(store, policies, secret, config.shadow));
+        crate::limiter::watch_overrides(&limiter).await;
         let mut background = Background::default();
         let policies = config.policies.clone();
         background.0.push(crate::reload::spawn(

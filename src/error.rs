@@ -32,6 +32,8 @@ pub enum Error {
     StoreUnavailable,
     #[error("no resource at {0}")]
     NotFound(String),
+    #[error("no override has id {0:?}: it was removed, or never set")]
+    UnknownOverride(String),
     #[error("method not allowed here")]
     MethodNotAllowed,
     #[error("the request took longer than the configured PGLIMIT_REQUEST_TIMEOUT_MS; retry shortly")]
@@ -72,7 +74,7 @@ impl Error {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::UnknownOverride(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -93,7 +95,7 @@ impl Error {
             Self::BodyTooLarge { .. } => "body-too-large",
             Self::Unauthorized(_) => "unauthorized",
             Self::StoreUnavailable => "store-unavailable",
-            Self::NotFound(_) => "not-found",
+            Self::NotFound(_) | Self::UnknownOverride(_) => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",

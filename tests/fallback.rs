@@ -204,3 +204,34 @@ async fn actions_are_refused_with_503_while_postgres_is_away() {
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
 }
+
+/// Overrides set through the API are held in memory: while Postgres is
+/// stopped they still apply, and changing them is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_overrides_keep_applying_while_postgres_is_stopped_and_changes_are_refused() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[]).await;
+    let email = format!("{}@example.com", unique("vip"));
+    let set = json!({ "policy": "login", "when": { "email": email }, "limits": { "email_ip": 8 } });
+    let added = common::call(&app, "POST", "/admin/overrides", set.clone()).await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", added.body);
+
+    stop(StopMode::Fast).await;
+    let login = common::login(&email, "203.0.113.10");
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let reply = check(&app, login.clone()).await;
+        assert_eq!(
+            (reply.body["store"].as_str(), &reply.body["override"]["id"]),
+            (Some("memory"), &added.body["id"])
+        );
+        admitted += usize::from(reply.status == StatusCode::OK);
+    }
+    assert_eq!(admitted, 8, "the override's limit, from memory");
+    let refused = common::call(&app, "POST", "/admin/overrides", set).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE, "{}", refused.body);
+
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+}

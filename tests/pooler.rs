@@ -220,3 +220,42 @@ async fn behind_a_transaction_pooler_a_lockout_is_kept_by_postgres() {
         elsewhere.body
     );
 }
+
+/// Without LISTEN, overrides changes are found by the poll: within twice
+/// its period (a change just after one poll waits for the next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_an_api_override_reaches_the_other_instance_by_the_poll() {
+    let _serial = SERIAL.lock().await;
+    let (_bouncer, _, pooled) = behind(Mode::Transaction).await;
+    let a = pooled_instance(&pooled, Mode::Transaction, &[]).await;
+    let b = pooled_instance(&pooled, Mode::Transaction, &[]).await;
+    let bound = pglimit::storage::OVERRIDES_POLL_EVERY * 2;
+    let mut peek = login("vip@example.com", "203.0.113.8");
+    peek["cost"] = json!(0);
+    let set =
+        json!({ "policy": "login", "when": { "email": "vip@example.com" }, "limits": { "email_ip": 50 } });
+    let added = call(&a, "POST", "/admin/overrides", set).await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", added.body);
+    let id = added.body["id"].clone();
+    let took = until(&b, &peek, |body| body["override"]["id"] == id).await;
+    assert!(took < bound, "applied after {took:?}");
+
+    let removed =
+        call(&a, "DELETE", &format!("/admin/overrides/{}", id.as_str().unwrap()), Value::Null).await;
+    assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);
+    let took = until(&b, &peek, |body| body.get("override").is_none()).await;
+    assert!(took < bound, "removed after {took:?}");
+}
+
+/// Sends `body` to `app` until its answer satisfies `done`; how long that took.
+async fn until(app: &AppState, body: &Value, done: impl Fn(&Value) -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        let reply = check(app, body.clone()).await;
+        if done(&reply.body) {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "never: {}", reply.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -198,3 +198,41 @@ async fn sigterm_under_load_finishes_requests_in_flight_and_loses_no_count() {
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
     drop(cluster);
 }
+
+/// Two processes on one database: an override set through the admin API of
+/// one is applied by the other within the bound, and so is its removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_override_set_on_one_process_reaches_the_other_within_a_second() {
+    let (dir, url) = (temp_dir("overrides"), common::fresh_database().await);
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let (a, b) = (start(&envs, &dir), start(&envs, &dir));
+    let bound = pglimit::storage::OVERRIDES_POLL_EVERY * 2;
+    let peek = json!({ "policy": "login", "identifiers": { "email": "vip@example.com", "ip": "203.0.113.9" }, "cost": 0 });
+    let set = json!({ "policy": "login", "when": { "email": "vip@example.com" }, "unlimited": true });
+    let added = http_client().post(format!("http://{}/admin/overrides", a.addr)).json(&set).send().await;
+    let added = added.expect("an answer");
+    assert_eq!(added.status().as_u16(), 201);
+    let id = added.json::<Value>().await.expect("JSON")["id"].clone();
+    let took = until(&b, &peek, |body| body["override"]["id"] == id).await;
+    assert!(took < bound, "applied after {took:?}");
+
+    let path = format!("http://{}/admin/overrides/{}", a.addr, id.as_str().unwrap_or_default());
+    assert_eq!(http_client().delete(path).send().await.expect("an answer").status().as_u16(), 200);
+    let took = until(&b, &peek, |body| body.get("override").is_none()).await;
+    assert!(took < bound, "removed after {took:?}");
+    a.terminate();
+    b.terminate();
+}
+
+/// Checks `body` on `service` until the answer satisfies `done`; how long that took.
+async fn until(service: &Running, body: &Value, done: impl Fn(&Value) -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (_, reply) = service.check(body.clone()).await;
+        if done(&reply) {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "never: {reply}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

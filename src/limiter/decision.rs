@@ -153,7 +153,7 @@ impl Decision {
     /// one a deny list would have refused (no store asked either) is a
     /// would-be denial, as its enforced twin is a denial.
     pub fn outcome(&self) -> &'static str {
-        let deny_listed = self.matched.is_some_and(|m| m.action == Applied::Deny);
+        let deny_listed = self.matched.as_ref().is_some_and(|m| m.action == Applied::Deny);
         match (self.allowed, self.would_allow) {
             (true, Some(false)) if self.store == StoreKind::None && !deny_listed => "error",
             (true, Some(false)) => "shadow_denied",

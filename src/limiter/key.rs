@@ -37,6 +37,10 @@ pub enum KeyScope<'a> {
     Policy { policy: &'a str, bucket: &'a str, algorithm: Algorithm, values: &'a [&'a str] },
     /// An ad hoc key chosen by the caller.
     AdHoc { key: &'a str, algorithm: Algorithm },
+    /// An exact value in an API override's `when`: what is stored and
+    /// listed instead of the value, and what a check's value is keyed to
+    /// for comparing with it.
+    OverrideValue { policy: &'a str, identifier: &'a str, value: &'a str },
 }
 
 /// The algorithm is part of the key because each reads the stored state its
@@ -64,6 +68,12 @@ pub fn bucket_key(secret: &KeySecret, scope: &KeyScope<'_>) -> Key {
             part(b"adhoc");
             part(key.as_bytes());
             part(algorithm.name().as_bytes());
+        }
+        KeyScope::OverrideValue { policy, identifier, value } => {
+            part(b"override");
+            part(policy.as_bytes());
+            part(identifier.as_bytes());
+            part(value.as_bytes());
         }
     }
     mac.finalize().into_bytes().into()

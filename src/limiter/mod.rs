@@ -6,9 +6,11 @@
 //! where a policy's choice for an unreachable store is applied.
 
 mod actions;
+mod api_overrides;
 mod decision;
 mod key;
 mod outcomes;
+mod override_requests;
 mod plan;
 mod request;
 
@@ -23,7 +25,8 @@ pub use actions::BlockRequest;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 use outcomes::Shape;
-pub use plan::{Applied, Matched, Plan};
+pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
+pub use plan::{Applied, Matched, MatchedBy, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
 use crate::policy::{OnStoreError, Policies};
@@ -52,6 +55,10 @@ pub struct Limiter<S> {
     secret: KeySecret,
     /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
     shadow_all: bool,
+    /// Overrides set through the API, swapped whole on every change.
+    api_overrides: ArcSwap<api_overrides::ApiOverrides>,
+    /// Held while loading them (see [`Limiter::refresh_overrides`]).
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -82,7 +89,8 @@ impl<S: Store> Limiter<S> {
         let outcomes = Shape::ad_hoc(shadow_all).outcomes();
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
-        Self { store, in_force, adhoc, secret, shadow_all }
+        let (api_overrides, refreshing) = (ArcSwap::default(), tokio::sync::Mutex::new(()));
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing }
     }
 
     pub fn store(&self) -> &S {
@@ -105,7 +113,8 @@ impl<S: Store> Limiter<S> {
         let in_force = self.in_force.load();
         let counters =
             |name: &str| in_force.counters.get(name).cloned().unwrap_or_else(|| Arc::clone(&self.adhoc));
-        plan::plan(&in_force.policies, &self.secret, self.shadow_all, request, counters)
+        let api = self.api_overrides.load();
+        plan::plan(&in_force.policies, &api, &self.secret, self.shadow_all, request, counters)
     }
 
     /// Decides `request`: `Ok` for both admitted and denied checks.
@@ -116,15 +125,15 @@ impl<S: Store> Limiter<S> {
         let took = started.elapsed();
         let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
         let mut decision = Decision::new(&plan.batch.buckets, answer);
-        if let Some(matched) = plan.matched {
-            decision = decision.overridden(matched);
+        if let Some(matched) = &plan.matched {
+            decision = decision.overridden(matched.clone());
         }
         let mut decision = decision.shadowed(plan.shadow);
         if refused {
             decision.would_allow = Some(false);
         }
         plan.counters.check(decision.outcome(), decision.store_label(), took);
-        let by_buckets = plan.matched.is_none_or(|m| m.action != Applied::Deny);
+        let by_buckets = plan.matched.as_ref().is_none_or(|m| m.action != Applied::Deny);
         for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
             plan.counters.bucket_denied(&bucket.name);
         }
@@ -137,7 +146,7 @@ impl<S: Store> Limiter<S> {
     /// A deny-listed check does not ask the store at all; an allow-listed
     /// one only peeks for blocks.
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
-        match plan.matched.map(|m| m.action) {
+        match plan.matched.as_ref().map(|m| m.action) {
             Some(Applied::Deny) => {
                 return Ok((uncounted(&plan.batch, false, self.store.is_degraded()), false))
             }

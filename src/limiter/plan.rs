@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::api_overrides::ApiOverrides;
 use super::key::{bucket_key, KeyScope, KeySecret};
 use super::request::{self, CheckRequest, Invalid};
 use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
@@ -25,11 +26,21 @@ pub struct Plan {
 }
 
 /// An override that applies to a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Matched {
-    /// Its position among the policy's `[[overrides]]`, from 0.
-    pub index: usize,
+    #[serde(flatten)]
+    pub by: MatchedBy,
     pub action: Applied,
+}
+
+/// Which override: the answer's `override` has `index` or `id`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum MatchedBy {
+    /// Its position among the policy file's `[[overrides]]`, from 0.
+    File { index: usize },
+    /// An override set through the API, by its id.
+    Api { id: Arc<str> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -45,6 +56,7 @@ pub enum Applied {
 
 pub(super) fn plan(
     policies: &Policies,
+    api: &ApiOverrides,
     secret: &KeySecret,
     shadow_all: bool,
     request: &CheckRequest,
@@ -54,7 +66,13 @@ pub(super) fn plan(
         CheckRequest::Policy { policy, identifiers, cost } => {
             let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
             let values = request::identifiers(policy, identifiers, *cost)?;
-            let over = policy.override_for(&values);
+            // The API's overrides first: set for one customer, they are meant
+            // to win over the file's, which are for everyone.
+            let matched = match api.matching(secret, &policy.name, &values) {
+                Some(o) => Some((MatchedBy::Api { id: Arc::clone(&o.id) }, &o.action)),
+                None => policy.override_for(&values).map(|o| (MatchedBy::File { index: o.index }, &o.action)),
+            };
+            let over = matched.as_ref().map(|(_, action)| *action);
             let limits = |b: &BucketDef| policy.limit_for(b, over);
             let buckets =
                 policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, &values, limits(b)));
@@ -64,7 +82,7 @@ pub(super) fn plan(
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
                 counters: counters(&policy.name),
-                matched: over.map(|o| Matched { index: o.index, action: applied(&o.action) }),
+                matched: matched.map(|(by, action)| Matched { by, action: applied(action) }),
             })
         }
         CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {

@@ -114,12 +114,17 @@ impl Policy {
         self.overrides.iter().find(|o| o.matches(values))
     }
 
-    /// The limit `bucket` enforces under `over`: the override's own for it
+    /// The limit `bucket` enforces under `over` (the action of the override
+    /// that matched, the file's or the API's): the override's own for it
     /// if it gives one, otherwise the bucket's. `Unlimited` and `Deny` leave
-    /// the number alone; the caller acts on them before counting.
-    pub fn limit_for(&self, bucket: &BucketDef, over: Option<&Override>) -> u64 {
-        match over.map(|o| &o.action) {
-            Some(OverrideAction::Limits(limits)) => limits.get(&bucket.name).copied().unwrap_or(bucket.limit),
+    /// the number alone; the caller acts on them before counting. An API
+    /// override was checked against the bucket's algorithm when it was set;
+    /// if a reload has changed the algorithm since, its largest limit caps it.
+    pub fn limit_for(&self, bucket: &BucketDef, over: Option<&OverrideAction>) -> u64 {
+        match over {
+            Some(OverrideAction::Limits(limits)) => limits
+                .get(&bucket.name)
+                .map_or(bucket.limit, |&limit| limit.min(bucket.algorithm.max_limit())),
             _ => bucket.limit,
         }
     }

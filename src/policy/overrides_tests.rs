@@ -67,8 +67,8 @@ fn a_limits_override_replaces_the_limits_it_names_and_leaves_the_others() {
     let over = &policy.overrides[0];
     assert_eq!(over.when, [("email".to_string(), Pattern::EmailDomain("partner.example".into()))]);
     assert_eq!(over.action, OverrideAction::Limits(BTreeMap::from([("email_ip".into(), 50)])));
-    assert_eq!(policy.limit_for(bucket(&policy, "email_ip"), Some(over)), 50);
-    assert_eq!(policy.limit_for(bucket(&policy, "ip"), Some(over)), 20);
+    assert_eq!(policy.limit_for(bucket(&policy, "email_ip"), Some(&over.action)), 50);
+    assert_eq!(policy.limit_for(bucket(&policy, "ip"), Some(&over.action)), 20);
     assert_eq!(policy.limit_for(bucket(&policy, "email_ip"), None), 5);
 }
 
@@ -86,7 +86,7 @@ fn unlimited_and_deny_entries_parse_in_file_order_with_their_index() {
             ("overrides[1]".into(), OverrideAction::Deny)
         ]
     );
-    assert_eq!(policy.limit_for(bucket(&policy, "ip"), Some(&policy.overrides[1])), 20);
+    assert_eq!(policy.limit_for(bucket(&policy, "ip"), Some(&policy.overrides[1].action)), 20);
 }
 
 #[test]

@@ -49,7 +49,7 @@ impl BlockBody {
     }
 }
 
-fn verify(state: &AppState, headers: &HeaderMap) -> Result<(), Error> {
+pub(super) fn verify(state: &AppState, headers: &HeaderMap) -> Result<(), Error> {
     state.admin.as_ref().ok_or(Error::AdminDisabled)?.verify(headers)
 }
 

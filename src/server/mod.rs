@@ -1,6 +1,7 @@
 //! The HTTP surface: the router, its shared state, and `serve`.
 
 mod admin;
+mod admin_overrides;
 mod auth;
 mod check;
 mod envoy;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::Uri;
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -84,6 +85,8 @@ pub fn router(state: AppState) -> Router {
         .route("/reset", post(check::reset))
         .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
+        .route("/admin/overrides", get(admin_overrides::list).post(admin_overrides::add))
+        .route("/admin/overrides/{id}", delete(admin_overrides::remove))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

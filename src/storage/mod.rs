@@ -13,6 +13,7 @@
 mod deny_cache;
 mod fallback;
 mod memory;
+mod overrides;
 mod postgres;
 mod stale;
 
@@ -27,6 +28,7 @@ use crate::algorithm::Algorithm;
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
+pub use overrides::{AddedOverride, LoadedOverrides, Overrides, StoredOverride, OVERRIDES_POLL_EVERY};
 pub use postgres::{
     functions_schema, kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach, ALIVE_FOR,
     BEAT_EVERY,

@@ -8,6 +8,8 @@ mod common;
 mod actions;
 mod adhoc;
 mod algorithms;
+mod api_overrides;
+mod api_overrides_errors;
 mod batch_functions;
 mod cleanup;
 mod concurrency;

@@ -51,8 +51,10 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
     documented.sort();
     let routes = [
         ("DELETE", "/admin/blocks"),
+        ("DELETE", "/admin/overrides/{id}"),
         ("DELETE", "/admin/slow-checks"),
         ("GET", "/admin/blocks"),
+        ("GET", "/admin/overrides"),
         ("GET", "/admin/slow-checks"),
         ("GET", "/auth/{policy}"),
         ("GET", "/healthz"),
@@ -60,6 +62,7 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
         ("GET", "/openapi.json"),
         ("GET", "/readyz"),
         ("POST", "/admin/blocks"),
+        ("POST", "/admin/overrides"),
         ("POST", "/auth/{policy}"),
         ("POST", "/check"),
         ("POST", "/reset"),

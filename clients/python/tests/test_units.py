@@ -120,3 +120,16 @@ def test_without_a_pglimit_binary_pytest_says_in_one_line_what_to_run_and_exits_
     assert len(said) == 1, run.stdout
     assert f"no pglimit binary at {missing}: run `cargo build`" in said[0]
     assert said[0].endswith("or set PGLIMIT_BIN !"), said[0]
+
+
+def test_an_override_is_named_by_the_files_index_or_the_apis_id() -> None:
+    from pglimit.result import parse_decision
+
+    body = {"allowed": True, "limit": 5, "remaining": 4, "reset_at": "2026-11-29T15:17:53.942Z",
+            "retry_after_s": None, "store": "postgres", "degraded": False, "buckets": []}  # fmt: skip
+    by_file = parse_decision({**body, "override": {"index": 2, "action": "deny"}}, None, {})
+    assert by_file.override is not None and (by_file.override.index, by_file.override.id) == (2, None)
+    by_api = parse_decision({**body, "override": {"id": "ovr_1", "action": "limits"}}, None, {})
+    assert by_api.override is not None and (by_api.override.index, by_api.override.id) == (None, "ovr_1")
+    with pytest.raises(ValueError):
+        parse_decision({**body, "override": {"action": "limits"}}, None, {})

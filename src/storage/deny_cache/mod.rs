@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Actions, Answer, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
+use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -157,6 +158,34 @@ impl<S: Store + Actions> Actions for DenyCache<S> {
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.inner.blocks(limit).await
+    }
+}
+
+/// Overrides change limits, which are part of a check's fingerprint: no
+/// remembered denial needs forgetting.
+impl<S: Overrides> Overrides for DenyCache<S> {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
+        self.inner.add_override(new).await
+    }
+
+    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
+        self.inner.remove_override(id).await
+    }
+
+    async fn list_overrides(
+        &self,
+        policy: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<StoredOverride>, StoreError> {
+        self.inner.list_overrides(policy, limit).await
+    }
+
+    async fn load_overrides(&self, loaded: Option<u64>) -> Result<Option<LoadedOverrides>, StoreError> {
+        self.inner.load_overrides(loaded).await
+    }
+
+    async fn overrides_may_have_changed(&self) {
+        self.inner.overrides_may_have_changed().await;
     }
 }
 

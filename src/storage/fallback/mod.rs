@@ -33,6 +33,7 @@ use super::{
     Actions, Answer, Block, BlockTarget, CheckBatch, Key, MemoryFallback, MemoryStore, Primary, Stale, Store,
     StoreError,
 };
+use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use detector::Detector;
 use recovery::Throttle;
 
@@ -247,5 +248,37 @@ impl<P: Primary + Actions> Actions for FallbackStore<P> {
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.refuse_if_degraded()?;
         self.inner.primary.blocks(limit).await
+    }
+}
+
+/// Overrides are written and read in Postgres only: while degraded they are
+/// refused, and each instance keeps applying those it holds in memory.
+impl<P: Primary + Overrides> Overrides for FallbackStore<P> {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.add_override(new).await
+    }
+
+    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.remove_override(id).await
+    }
+
+    async fn list_overrides(
+        &self,
+        policy: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<StoredOverride>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.list_overrides(policy, limit).await
+    }
+
+    async fn load_overrides(&self, loaded: Option<u64>) -> Result<Option<LoadedOverrides>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.load_overrides(loaded).await
+    }
+
+    async fn overrides_may_have_changed(&self) {
+        self.inner.primary.overrides_may_have_changed().await;
     }
 }

@@ -7,6 +7,10 @@
 //! (re)connection counts as "everything is stale", and the heartbeat reads
 //! the actions generation every 2 s: one it has not heard of means a
 //! notification went missing, which also counts as everything.
+//!
+//! A change to the API overrides notifies `<generation> overrides`: it makes
+//! no key stale, but wakes [`Heard::overrides_may_have_changed`], as does
+//! anything that may have hidden one (a reconnection, a missed generation).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +27,9 @@ pub const CHANNEL: &str = "pglimit_actions";
 /// notification's payload is at most 8000 bytes).
 pub const MAX_KEYS_NAMED: usize = 100;
 
+/// The payload's second word for a change to the API overrides.
+const OVERRIDES: &str = "overrides";
+
 /// How long to wait before listening again after the connection failed.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
@@ -33,6 +40,9 @@ pub(super) struct Heard {
     stale: Mutex<Option<Stale>>,
     /// The highest actions generation heard of.
     generation: AtomicU64,
+    /// Woken when the API overrides may have changed (holds one wake-up
+    /// while nobody waits, so none is lost between two loads).
+    overrides: tokio::sync::Notify,
 }
 
 impl Heard {
@@ -48,18 +58,38 @@ impl Heard {
     /// A notification's payload: `<generation> <hex key>,...` or `<generation> *`.
     fn notified(&self, payload: &str) {
         let (generation, keys) = payload.split_once(' ').unwrap_or((payload, "*"));
-        let keys = (keys != "*").then(|| keys.split(',').filter_map(parse_key));
-        self.note(keys.map_or(Stale::All, Stale::of));
+        if keys == OVERRIDES {
+            self.overrides.notify_one();
+        } else {
+            self.note_keys(keys);
+        }
         if let Ok(generation) = generation.parse::<u64>() {
             self.generation.fetch_max(generation, Ordering::AcqRel);
         }
+    }
+
+    fn note_keys(&self, keys: &str) {
+        let keys = (keys != "*").then(|| keys.split(',').filter_map(parse_key));
+        self.note(keys.map_or(Stale::All, Stale::of));
+    }
+
+    /// Something may have gone unheard: every denial remembered is stale,
+    /// and the overrides may have changed.
+    fn missed(&self) {
+        self.note(Stale::All);
+        self.overrides.notify_one();
+    }
+
+    /// Completes at the next sign that the API overrides may have changed.
+    pub async fn overrides_may_have_changed(&self) {
+        self.overrides.notified().await;
     }
 
     /// The generation as the heartbeat read it: if it is ahead of every
     /// notification heard, one was missed.
     pub fn read(&self, generation: u64) {
         if generation > self.generation.fetch_max(generation, Ordering::AcqRel) {
-            self.note(Stale::All);
+            self.missed();
         }
     }
 
@@ -92,13 +122,18 @@ pub fn payload(generation: i64, keys: &[Key]) -> String {
     format!("{generation} {}", keys.join(","))
 }
 
+/// The payload announcing a change to the API overrides at `generation`.
+pub fn overrides_payload(generation: i64) -> String {
+    format!("{generation} {OVERRIDES}")
+}
+
 /// Listens until `closed` is dropped, reconnecting after failures.
 pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: watch::Receiver<()>) {
     tokio::spawn(async move {
         loop {
             match listen(&options).await {
                 Ok(mut listener) => {
-                    heard.note(Stale::All); // anything sent before this went unheard
+                    heard.missed(); // anything sent before this went unheard
                     if hear(&mut listener, &heard, &mut closed).await.is_none() {
                         return;
                     }
@@ -129,7 +164,7 @@ async fn hear(listener: &mut PgListener, heard: &Heard, closed: &mut watch::Rece
             next = listener.try_recv() => match next {
                 Ok(Some(notification)) => heard.notified(notification.payload()),
                 // Lost and already reconnected: what was sent meanwhile is lost.
-                Ok(None) => heard.note(Stale::All),
+                Ok(None) => heard.missed(),
                 Err(e) => {
                     tracing::debug!(error = %e, "listening for actions failed");
                     return Some(());
@@ -183,6 +218,21 @@ mod tests {
             heard.notified(&payload(generation, &[[1; 32], [2; 32]]));
         }
         assert_eq!(heard.take(), Some(Stale::of([[1; 32], [2; 32]])));
+    }
+
+    #[tokio::test]
+    async fn an_overrides_change_makes_no_key_stale_but_wakes_the_overrides_reload() {
+        let heard = Heard::default();
+        heard.notified(&overrides_payload(5));
+        assert_eq!((heard.take(), heard.generation()), (None, 5));
+        let woken =
+            tokio::time::timeout(std::time::Duration::from_secs(5), heard.overrides_may_have_changed());
+        assert!(woken.await.is_ok(), "the wake-up is held until someone waits");
+        heard.read(6);
+        assert_eq!(heard.take(), Some(Stale::All), "a missed generation");
+        let woken =
+            tokio::time::timeout(std::time::Duration::from_secs(5), heard.overrides_may_have_changed());
+        assert!(woken.await.is_ok(), "a missed generation may have been an overrides change");
     }
 
     #[test]

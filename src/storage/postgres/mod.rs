@@ -21,6 +21,7 @@ mod lane;
 mod layout;
 mod listener;
 mod literal;
+mod overrides;
 mod pooler;
 mod schema;
 mod session;
@@ -36,7 +37,8 @@ use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Held, Key, Primary, Stale, Store, StoreError, Unabsorbed,
+    Actions, AddedOverride, Answer, Block, BlockTarget, CheckBatch, Held, Key, LoadedOverrides, Overrides,
+    Primary, Stale, Store, StoreError, StoredOverride, Unabsorbed, OVERRIDES_POLL_EVERY,
 };
 use actions::ActionConn;
 pub use citus::Citus;
@@ -98,6 +100,9 @@ pub struct PgStore {
     health: Arc<Health>,
     actions: Arc<ActionConn>,
     heard: Arc<Heard>,
+    /// Whether the listener runs (not behind a transaction pooler); if
+    /// not, overrides changes are polled for.
+    listening: bool,
     /// Dropped with the last handle, which stops the listener.
     _listening: Arc<watch::Sender<()>>,
 }
@@ -140,7 +145,7 @@ impl PgStore {
             listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
         }
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
-        Ok(Self { lanes, session, cleanup, health, actions, heard, _listening })
+        Ok(Self { lanes, session, cleanup, health, actions, heard, listening: listen, _listening })
     }
 
     /// One lane on every connection; in Citus mode, one lane per connection,
@@ -289,6 +294,40 @@ impl Actions for PgStore {
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.actions.list(&self.session, limit).await
+    }
+}
+
+impl Overrides for PgStore {
+    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
+        self.actions.add_override(&self.session, new).await
+    }
+
+    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
+        self.actions.remove_override(&self.session, id).await
+    }
+
+    async fn list_overrides(
+        &self,
+        policy: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<StoredOverride>, StoreError> {
+        self.actions.list_overrides(&self.session, policy, limit).await
+    }
+
+    async fn load_overrides(&self, loaded: Option<u64>) -> Result<Option<LoadedOverrides>, StoreError> {
+        self.actions.load_overrides(&self.session, loaded).await
+    }
+
+    /// Without LISTEN nothing is heard but the heartbeat's generation, every
+    /// 2 s: a poll every [`OVERRIDES_POLL_EVERY`] keeps the bound.
+    async fn overrides_may_have_changed(&self) {
+        if self.listening {
+            return self.heard.overrides_may_have_changed().await;
+        }
+        tokio::select! {
+            () = self.heard.overrides_may_have_changed() => {}
+            () = tokio::time::sleep(OVERRIDES_POLL_EVERY) => {}
+        }
     }
 }
 

@@ -42,10 +42,13 @@ class BucketResult:
 
 @dataclass(frozen=True)
 class Override:
-    """Which ``[[overrides]]`` entry of the policy matched, and what it did."""
+    """Which override matched, and what it did: ``index`` of the policy
+    file's ``[[overrides]]`` entry, or ``id`` of one set through the API
+    (``/admin/overrides``); the other is ``None``."""
 
-    index: int
+    index: Optional[int]
     action: OverrideAction
+    id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,11 @@ def parse_decision(
         action = _str(raw_override, "action")
         if action not in _ACTIONS:
             raise ValueError(f"unknown override action {action!r}")
-        override = Override(index=_int(raw_override, "index"), action=action)  # type: ignore[arg-type]
+        index = _int(raw_override, "index") if "index" in raw_override else None
+        id_ = _str(raw_override, "id") if "id" in raw_override else None
+        if (index is None) == (id_ is None):
+            raise ValueError("override has neither index nor id, or both")
+        override = Override(index=index, action=action, id=id_)  # type: ignore[arg-type]
     would_allow = body.get("would_allow")
     blocked_by = body.get("blocked_by")
     return CheckResult(

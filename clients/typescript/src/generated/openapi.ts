@@ -211,6 +211,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/overrides": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Overrides set through the API, the newest first
+         * @description Those not expired. Exact values are shown only as their keyed hash (hmac:<hex>), never as given.
+         */
+        get: operations["listOverrides"];
+        put?: never;
+        /**
+         * Give matching identifier values other limits, an allow or a deny, at runtime
+         * @description Replaces the policy's overrides with the same when (so a retried or repeated POST leaves one). Applied by every instance within a second, before the policy file's overrides; of several API overrides that match, the newest applies. Exact values are stored keyed (HMAC), *@domain and CIDR patterns as written. Stops applying by itself at until.
+         */
+        post: operations["addOverride"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/overrides/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove an override set through the API */
+        delete: operations["removeOverride"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/slow-checks": {
         parameters: {
             query?: never;
@@ -358,10 +399,12 @@ export interface components {
             would_allow?: boolean;
             /** @description Present when the check is denied because this bucket's key is blocked (an operator's block, or a lockout from block_for) */
             blocked_by?: string;
-            /** @description Present when an override of the policy matched: limits (other limits, counted as usual), unlimited (allow list: admitted, not counted, store none), deny (deny list: 429 without Retry-After) */
+            /** @description Present when an override matched, with index (the policy file's) or id (the API's, tried first): limits (other limits, counted as usual), unlimited (allow list: admitted, not counted, store none), deny (deny list: 429 without Retry-After) */
             override?: {
                 /** @description Position of the matching [[overrides]] entry of the policy */
-                index: number;
+                index?: number;
+                /** @description Id of the matching override set through the API (POST /admin/overrides) */
+                id?: string;
                 /** @enum {unknown} */
                 action: "limits" | "unlimited" | "deny";
             };
@@ -505,6 +548,63 @@ export interface components {
             decision: "allowed" | "denied" | "shadow_denied" | "error";
             /** @description The policy's name, or _adhoc for an ad hoc key */
             policy: string;
+        };
+        /** @description Exactly one of limits, unlimited and deny. */
+        OverrideRequest: {
+            policy: string;
+            /** @description Identifier name to pattern, as in the policy file: an exact value, *@domain (email), or a CIDR network (ip) */
+            when: {
+                [key: string]: string;
+            };
+            /** @description Bucket name to limit, for the policy's buckets */
+            limits?: {
+                [key: string]: number;
+            };
+            /**
+             * @description Allow list: admitted, not counted
+             * @constant
+             */
+            unlimited?: true;
+            /**
+             * @description Deny list: always refused
+             * @constant
+             */
+            deny?: true;
+            /**
+             * Format: date-time
+             * @description In the future; the override stops applying then
+             */
+            until?: string;
+            note?: string;
+        };
+        Override: {
+            id: string;
+            policy: string;
+            /** @description Exact values as hmac:<hex> (keyed, never the value); *@domain and CIDR patterns as written */
+            when: {
+                [key: string]: string;
+            };
+            /** @description Bucket name to limit, for the policy's buckets */
+            limits?: {
+                [key: string]: number;
+            };
+            /**
+             * @description Allow list: admitted, not counted
+             * @constant
+             */
+            unlimited?: true;
+            /**
+             * @description Deny list: always refused
+             * @constant
+             */
+            deny?: true;
+            /** Format: date-time */
+            until: string | null;
+            note: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description POST only: the ids of the policy's overrides with the same when, which this one replaced */
+            replaced?: string[];
         };
     };
     responses: {
@@ -733,6 +833,99 @@ export interface operations {
             403: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    listOverrides: {
+        parameters: {
+            query?: {
+                policy?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Overrides */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        overrides: components["schemas"]["Override"][];
+                    };
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    addOverride: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OverrideRequest"];
+            };
+        };
+        responses: {
+            /** @description Set */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Override"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    removeOverride: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        removed: string;
+                    };
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
             421: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
