@@ -95,7 +95,7 @@ mod tests {
     fn what_memory_admitted_is_not_refilled_under_any_algorithm() {
         let now = 1_000 * 60 * S + 5 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 60 * S };
+            let p = Params { algorithm, limit: 5, window_us: 60 * S, calendar: None };
             let outage = admit(p, None, 3, now).expect("a state");
             let merged = absorb(p, None, &outage, now + S);
             assert_eq!(room(p, merged.as_ref(), now + S), 2, "{algorithm:?} on an empty row");
@@ -109,7 +109,7 @@ mod tests {
     fn a_bucket_is_filled_at_most_to_its_limit() {
         let now = 1_000 * 60 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 60 * S };
+            let p = Params { algorithm, limit: 5, window_us: 60 * S, calendar: None };
             let full = admit(p, None, 5, now).expect("a state");
             let merged = absorb(p, Some(&full), &full, now).expect("in force");
             assert_eq!(room(p, Some(&merged), now), 0, "{algorithm:?}");
@@ -127,7 +127,7 @@ mod tests {
     fn admissions_whose_window_has_passed_are_not_carried_over() {
         let now = 1_000 * 60 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 10 * S };
+            let p = Params { algorithm, limit: 5, window_us: 10 * S, calendar: None };
             let outage = admit(p, None, 3, now).expect("a state");
             assert_eq!(absorb(p, None, &outage, now + 30 * S), None, "{algorithm:?}");
         }

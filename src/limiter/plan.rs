@@ -67,8 +67,8 @@ pub(super) fn plan(
                 matched: over.map(|o| Matched { index: o.index, action: applied(&o.action) }),
             })
         }
-        CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
-            let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
+        CheckRequest::AdHoc { key, limit, window, timezone, algorithm, cost } => {
+            let valid = request::ad_hoc(key, *limit, window, timezone.as_deref(), *algorithm, *cost)?;
             let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
             let spec = BucketSpec {
                 name: Arc::from("default"),
@@ -77,6 +77,7 @@ pub(super) fn plan(
                 window: valid.window,
                 algorithm: valid.algorithm,
                 lockout: None,
+                calendar: valid.calendar,
             };
             // Ad hoc keys fall back as a policy does by default.
             let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
@@ -118,6 +119,7 @@ pub(super) fn bucket_spec(
         window: b.window,
         algorithm: b.algorithm,
         lockout,
+        calendar: b.calendar,
     })
 }
 

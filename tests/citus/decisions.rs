@@ -28,6 +28,7 @@ pub fn spec(n: u8, tag: u8, algorithm: Algorithm, limit: u64, window_ms: u64) ->
         window: Duration::from_millis(window_ms),
         algorithm,
         lockout: None,
+        calendar: None,
     }
 }
 

@@ -11,7 +11,15 @@ fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
     let mut key = [0u8; 32];
     key[..name.len()].copy_from_slice(name.as_bytes());
     let window = Duration::from_secs(window_s);
-    BucketSpec { name: Arc::from(name), key, limit, window, algorithm: Algorithm::FixedWindow, lockout: None }
+    BucketSpec {
+        name: Arc::from(name),
+        key,
+        limit,
+        window,
+        algorithm: Algorithm::FixedWindow,
+        lockout: None,
+        calendar: None,
+    }
 }
 
 fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
