@@ -9,6 +9,7 @@ mod actions;
 mod adhoc;
 mod algorithms;
 mod batch_functions;
+mod calendar;
 mod cleanup;
 mod concurrency;
 mod errors;
