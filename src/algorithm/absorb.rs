@@ -132,4 +132,26 @@ mod tests {
             assert_eq!(absorb(p, None, &outage, now + 30 * S), None, "{algorithm:?}");
         }
     }
+
+    #[test]
+    fn a_calendar_window_written_back_ends_at_its_boundary_not_a_window_later() {
+        // 2027-03-28 12:00 in Berlin, a day of 23 hours; the shared row
+        // and the outage both hold this day's window.
+        let now = 1_822_298_400 * S;
+        let zone = crate::algorithm::parse_zone("Europe/Berlin").expect("zone");
+        let calendar = crate::algorithm::Calendar { unit: crate::algorithm::CalendarUnit::Day, zone };
+        let p = Params {
+            algorithm: Algorithm::FixedWindow,
+            limit: 5,
+            window_us: 86_400 * S,
+            calendar: Some(calendar),
+        };
+        let midnight = 1_822_341_600 * S; // 2027-03-29 00:00 +02:00
+        let shared = admit(p, None, 1, now - S);
+        let outage = admit(p, None, 3, now).expect("a state");
+        let merged = absorb(p, shared.as_ref(), &outage, now + S).expect("in force");
+        assert_eq!((merged.count, merged.expires_us), (4, midnight));
+        assert_eq!(room(p, Some(&merged), midnight - 1), 1);
+        assert_eq!(room(p, Some(&merged), midnight), 5, "a new day");
+    }
 }
