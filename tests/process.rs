@@ -229,7 +229,7 @@ async fn a_monthly_quota_resets_on_the_first_in_its_zone_and_a_sliding_one_is_re
     assert_eq!(service.check(body).await.0, 429, "the month's quota is used up");
     let reset: chrono::DateTime<chrono::Utc> =
         reply["reset_at"].as_str().expect("reset_at").parse().expect("time");
-    let firsts = [before, after].map(|t| next_first_in_berlin(t));
+    let firsts = [before, after].map(next_first_in_berlin);
     assert!(firsts.contains(&reset), "reset {reset}, Berlin's next 1st {firsts:?}");
     service.terminate();
 
