@@ -137,7 +137,8 @@ fn report(mix: &Mix, clients: usize, duration_s: f64) {
 /// Replays the log's admitted history and, at each request, asks whether
 /// the sliding counter's estimate from that same history would decide alike.
 fn judge_estimate(t: &mut EstimateTally, trace: &[i64], exact: &[bool]) {
-    let params = Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US };
+    let params =
+        Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US, calendar: None };
     let mut state: Option<State> = None;
     for (&now, &admitted) in trace.iter().zip(exact) {
         let estimate = decide(params, state.as_ref(), 1, now, admitted);
@@ -150,7 +151,8 @@ fn judge_estimate(t: &mut EstimateTally, trace: &[i64], exact: &[bool]) {
 
 /// Estimate and exact count over every request of the trace, admitted or not.
 fn counting_all_mismatches(trace: &[i64]) -> u64 {
-    let params = Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US };
+    let params =
+        Params { algorithm: Algorithm::SlidingWindow, limit: LIMIT, window_us: WINDOW_US, calendar: None };
     let (mut state, mut left, mut wrong): (Option<State>, usize, u64) = (None, 0, 0);
     for (right, &now) in trace.iter().enumerate() {
         while trace[left] <= now - WINDOW_US {
@@ -209,7 +211,7 @@ fn arrivals(shape: Shape, duration_s: f64, rng: &mut StdRng) -> Vec<i64> {
 }
 
 fn replay(algorithm: Algorithm, trace: &[i64]) -> Vec<bool> {
-    let params = Params { algorithm, limit: LIMIT, window_us: WINDOW_US };
+    let params = Params { algorithm, limit: LIMIT, window_us: WINDOW_US, calendar: None };
     let mut state: Option<State> = None;
     trace
         .iter()

@@ -126,6 +126,7 @@ impl From<Invalid> for Error {
             Invalid::KeyLength => "key".into(),
             Invalid::Limit(_) => "limit".into(),
             Invalid::Window(_) => "window".into(),
+            Invalid::Timezone(_) => "timezone".into(),
             Invalid::CostRange | Invalid::CostOverLimit { .. } => "cost".into(),
             Invalid::UnknownBucket { field, .. } => (*field).into(),
             Invalid::BlockFor(_) => "for".into(),

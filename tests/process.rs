@@ -236,3 +236,52 @@ async fn until(service: &Running, body: &Value, done: impl Fn(&Value) -> bool) -
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A monthly quota in a policy file, through the binary on today's date:
+/// it resets on the 1st in its zone; a calendar window with another
+/// algorithm stops the start with one line naming the bucket's setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monthly_quota_resets_on_the_first_in_its_zone_and_a_sliding_one_is_refused() {
+    let url = common::fresh_database().await;
+    let dir = temp_dir("calendar");
+    let policy = |algorithm: &str| {
+        format!(
+            "[policies.api]\nidentifiers = {{ account = \"text\" }}\n[[policies.api.buckets]]\nname = \"monthly\"\n\
+             on = [\"account\"]\nlimit = 2\nwindow = \"1 calendar month\"\ntimezone = \"Europe/Berlin\"\n\
+             algorithm = \"{algorithm}\"\n"
+        )
+    };
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, policy("fixed_window")).expect("policy file");
+    let envs = [
+        ("DATABASE_URL", url.as_str()),
+        ("PGLIMIT_KEY_SECRET", common::SECRET),
+        ("PGLIMIT_POLICIES", path(&file)),
+    ];
+    let service = start(&envs, &dir);
+    let body = json!({ "policy": "api", "identifiers": { "account": "acct_42" }, "cost": 2 });
+    let before = chrono::Utc::now();
+    let (status, reply) = service.check(body.clone()).await;
+    let after = chrono::Utc::now();
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(service.check(body).await.0, 429, "the month's quota is used up");
+    let reset: chrono::DateTime<chrono::Utc> =
+        reply["reset_at"].as_str().expect("reset_at").parse().expect("time");
+    let firsts = [before, after].map(next_first_in_berlin);
+    assert!(firsts.contains(&reset), "reset {reset}, Berlin's next 1st {firsts:?}");
+    service.terminate();
+
+    std::fs::write(&file, policy("sliding_window")).expect("policy file");
+    let (ok, stderr) = run_to_exit(&envs);
+    assert!(!ok);
+    assert!(stderr.contains("window") && stderr.contains("sliding_window"), "{stderr}");
+}
+
+fn next_first_in_berlin(now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    use chrono::{Datelike, TimeZone};
+    let berlin = chrono_tz::Europe::Berlin;
+    let today = now.with_timezone(&berlin).date_naive();
+    let first = today.with_day(1).and_then(|d| d.checked_add_months(chrono::Months::new(1))).expect("date");
+    let midnight = first.and_hms_opt(0, 0, 0).expect("midnight");
+    berlin.from_local_datetime(&midnight).single().expect("a local time").with_timezone(&chrono::Utc)
+}

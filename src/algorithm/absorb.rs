@@ -95,7 +95,7 @@ mod tests {
     fn what_memory_admitted_is_not_refilled_under_any_algorithm() {
         let now = 1_000 * 60 * S + 5 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 60 * S };
+            let p = Params { algorithm, limit: 5, window_us: 60 * S, calendar: None };
             let outage = admit(p, None, 3, now).expect("a state");
             let merged = absorb(p, None, &outage, now + S);
             assert_eq!(room(p, merged.as_ref(), now + S), 2, "{algorithm:?} on an empty row");
@@ -109,7 +109,7 @@ mod tests {
     fn a_bucket_is_filled_at_most_to_its_limit() {
         let now = 1_000 * 60 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 60 * S };
+            let p = Params { algorithm, limit: 5, window_us: 60 * S, calendar: None };
             let full = admit(p, None, 5, now).expect("a state");
             let merged = absorb(p, Some(&full), &full, now).expect("in force");
             assert_eq!(room(p, Some(&merged), now), 0, "{algorithm:?}");
@@ -127,9 +127,31 @@ mod tests {
     fn admissions_whose_window_has_passed_are_not_carried_over() {
         let now = 1_000 * 60 * S;
         for algorithm in Algorithm::ALL {
-            let p = Params { algorithm, limit: 5, window_us: 10 * S };
+            let p = Params { algorithm, limit: 5, window_us: 10 * S, calendar: None };
             let outage = admit(p, None, 3, now).expect("a state");
             assert_eq!(absorb(p, None, &outage, now + 30 * S), None, "{algorithm:?}");
         }
+    }
+
+    #[test]
+    fn a_calendar_window_written_back_ends_at_its_boundary_not_a_window_later() {
+        // 2027-03-28 12:00 in Berlin, a day of 23 hours; the shared row
+        // and the outage both hold this day's window.
+        let now = 1_822_298_400 * S;
+        let zone = crate::algorithm::parse_zone("Europe/Berlin").expect("zone");
+        let calendar = crate::algorithm::Calendar { unit: crate::algorithm::CalendarUnit::Day, zone };
+        let p = Params {
+            algorithm: Algorithm::FixedWindow,
+            limit: 5,
+            window_us: 86_400 * S,
+            calendar: Some(calendar),
+        };
+        let midnight = 1_822_341_600 * S; // 2027-03-29 00:00 +02:00
+        let shared = admit(p, None, 1, now - S);
+        let outage = admit(p, None, 3, now).expect("a state");
+        let merged = absorb(p, shared.as_ref(), &outage, now + S).expect("in force");
+        assert_eq!((merged.count, merged.expires_us), (4, midnight));
+        assert_eq!(room(p, Some(&merged), midnight - 1), 1);
+        assert_eq!(room(p, Some(&merged), midnight), 5, "a new day");
     }
 }

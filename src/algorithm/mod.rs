@@ -13,6 +13,7 @@
 //! | algorithm      | model (`windows.rs`) | SQL (`storage/postgres/sql/algorithms.sql`) | outage write-back |
 //! |----------------|----------------------|---------------------------------------------|-------------------|
 //! | fixed window   | `fixed`              | `pglimit_fixed_count`, `pglimit_fixed_end`  | `absorb.rs`       |
+//! | calendar window (fixed) | `calendar.rs` | `pglimit_window_end`, `pglimit_calendar_end` | `absorb.rs` (as fixed) |
 //! | sliding window | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `pglimit_sliding_start`, `_current`, `_previous`, `_weight`, `_earliest`, `_retry` | `absorb.rs` |
 //! | sliding log    | `log`                | `pglimit_log_keeps`                         | `absorb.rs`       |
 //! | token bucket   | `token`              | `pglimit_token_step`, `_tat`, `_fits`       | `absorb.rs`       |
@@ -30,6 +31,7 @@
 //! could pass (`retry_us`).
 
 mod absorb;
+mod calendar;
 #[cfg(test)]
 mod tests;
 mod windows;
@@ -37,6 +39,7 @@ mod windows;
 use serde::{Deserialize, Serialize};
 
 pub use absorb::absorb;
+pub use calendar::{parse_zone, Calendar, CalendarUnit, SPELLINGS as CALENDAR_SPELLINGS};
 
 /// Largest limit a bucket may have.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
@@ -136,6 +139,9 @@ pub struct Params {
     pub algorithm: Algorithm,
     pub limit: u64,
     pub window_us: i64,
+    /// A fixed window's calendar window, which then ends at the next
+    /// calendar boundary rather than `window_us` after it starts.
+    pub calendar: Option<Calendar>,
 }
 
 /// The answer for one bucket, and the state to store if the check is admitted.

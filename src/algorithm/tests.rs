@@ -4,7 +4,7 @@ const S: i64 = 1_000_000;
 
 /// Replays `(time in s, requests)` against one bucket; returns how many were admitted.
 fn replay(algorithm: Algorithm, limit: u64, window_s: i64, trace: &[(f64, u32)]) -> u32 {
-    let p = Params { algorithm, limit, window_us: window_s * S };
+    let p = Params { algorithm, limit, window_us: window_s * S, calendar: None };
     let mut state: Option<State> = None;
     let mut admitted = 0;
     for &(t, n) in trace {
@@ -22,7 +22,7 @@ fn replay(algorithm: Algorithm, limit: u64, window_s: i64, trace: &[(f64, u32)])
 
 #[test]
 fn token_bucket_allows_a_burst_of_its_capacity_then_its_rate() {
-    let p = Params { algorithm: Algorithm::TokenBucket, limit: 10, window_us: 10 * S };
+    let p = Params { algorithm: Algorithm::TokenBucket, limit: 10, window_us: 10 * S, calendar: None };
     let mut state = None;
     let mut admitted = 0;
     for _ in 0..15 {
@@ -47,7 +47,7 @@ fn the_sliding_counter_matches_cloudflares_worked_example() {
     let now = 1_000 * window + 15 * S;
     let start = now - 15 * S;
     let stored = State { count: 18, prev: 42, expires_us: start + 2 * window, ..State::default() };
-    let p = Params { algorithm: Algorithm::SlidingWindow, limit: 50, window_us: window };
+    let p = Params { algorithm: Algorithm::SlidingWindow, limit: 50, window_us: window, calendar: None };
     let v = decide(p, Some(&stored), 1, now, true);
     assert!(v.allowed);
     assert_eq!(v.remaining, 50 - 31 - 19);
@@ -57,7 +57,7 @@ fn the_sliding_counter_matches_cloudflares_worked_example() {
 #[test]
 fn sliding_retry_is_the_first_moment_the_estimate_has_room() {
     let window = 10 * S;
-    let p = Params { algorithm: Algorithm::SlidingWindow, limit: 4, window_us: window };
+    let p = Params { algorithm: Algorithm::SlidingWindow, limit: 4, window_us: window, calendar: None };
     let start = 1_000 * window;
     let full = State { count: 4, prev: 0, expires_us: start + 2 * window, ..State::default() };
     let v = decide(p, Some(&full), 1, start + 9 * S, false);
@@ -68,7 +68,7 @@ fn sliding_retry_is_the_first_moment_the_estimate_has_room() {
 
 #[test]
 fn log_retry_is_when_the_oldest_entry_leaves() {
-    let p = Params { algorithm: Algorithm::SlidingLog, limit: 2, window_us: 10 * S };
+    let p = Params { algorithm: Algorithm::SlidingLog, limit: 2, window_us: 10 * S, calendar: None };
     let stored = State { log: vec![S, 3 * S], ..State::default() };
     let v = decide(p, Some(&stored), 1, 5 * S, false);
     assert_eq!(v.retry_us, Some(11 * S));
@@ -121,8 +121,8 @@ fn demo_5_steady_overload_settles_near_the_limit_for_all() {
 
 #[test]
 fn a_check_is_admitted_only_if_every_bucket_has_room() {
-    let narrow = Params { algorithm: Algorithm::FixedWindow, limit: 1, window_us: 60 * S };
-    let wide = Params { algorithm: Algorithm::TokenBucket, limit: 10, window_us: 60 * S };
+    let narrow = Params { algorithm: Algorithm::FixedWindow, limit: 1, window_us: 60 * S, calendar: None };
+    let wide = Params { algorithm: Algorithm::TokenBucket, limit: 10, window_us: 60 * S, calendar: None };
     let first = decide_all(&[(narrow, None), (wide, None)], 1, 0);
     assert!(first.admitted);
     let states: Vec<State> = first.verdicts.into_iter().map(|v| v.next).collect();

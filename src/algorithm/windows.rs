@@ -7,7 +7,7 @@ pub(super) fn fixed(p: Params, stored: Option<&State>, cost: u64, now: i64, admi
     let (limit, window) = (p.limit, p.window_us);
     let (count, end) = match stored {
         Some(s) if s.expires_us > now => (s.count, s.expires_us),
-        _ => (0, now + window),
+        _ => (0, p.calendar.map_or(now + window, |c| c.end_after(now))),
     };
     let allowed = count + cost <= limit;
     let count = if admit { count + cost } else { count };

@@ -85,8 +85,8 @@ pub(super) fn plan(
                 matched: matched.map(|(by, action)| Matched { by, action: applied(action) }),
             })
         }
-        CheckRequest::AdHoc { key, limit, window, algorithm, cost } => {
-            let valid = request::ad_hoc(key, *limit, window, *algorithm, *cost)?;
+        CheckRequest::AdHoc { key, limit, window, timezone, algorithm, cost } => {
+            let valid = request::ad_hoc(key, *limit, window, timezone.as_deref(), *algorithm, *cost)?;
             let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
             let spec = BucketSpec {
                 name: Arc::from("default"),
@@ -95,6 +95,7 @@ pub(super) fn plan(
                 window: valid.window,
                 algorithm: valid.algorithm,
                 lockout: None,
+                calendar: valid.calendar,
             };
             // Ad hoc keys fall back as a policy does by default.
             let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
@@ -136,6 +137,7 @@ pub(super) fn bucket_spec(
         window: b.window,
         algorithm: b.algorithm,
         lockout,
+        calendar: b.calendar,
     })
 }
 

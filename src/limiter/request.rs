@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, LimitError, MAX_LIMIT};
-use crate::policy::{parse_window, Policy};
+use crate::algorithm::{Algorithm, Calendar, LimitError, MAX_LIMIT};
+use crate::policy::{parse_window_in, Policy};
 
 /// Longest ad hoc key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
@@ -18,8 +18,19 @@ pub const MAX_KEY_LEN: usize = 256;
 /// A check as the caller asked for it, not yet validated.
 #[derive(Debug, Clone)]
 pub enum CheckRequest {
-    Policy { policy: String, identifiers: BTreeMap<String, String>, cost: u64 },
-    AdHoc { key: String, limit: u64, window: String, algorithm: Algorithm, cost: u64 },
+    Policy {
+        policy: String,
+        identifiers: BTreeMap<String, String>,
+        cost: u64,
+    },
+    AdHoc {
+        key: String,
+        limit: u64,
+        window: String,
+        timezone: Option<String>,
+        algorithm: Algorithm,
+        cost: u64,
+    },
 }
 
 impl CheckRequest {
@@ -58,6 +69,8 @@ pub enum Invalid {
     Limit(LimitError),
     #[error("{0}")]
     Window(String),
+    #[error("{0}")]
+    Timezone(String),
     #[error("cost must be between 0 and {MAX_LIMIT}")]
     CostRange,
     #[error("cost {cost} exceeds the limit {limit} of bucket {bucket:?}, so it could never be allowed")]
@@ -75,6 +88,7 @@ pub(super) struct AdHoc<'a> {
     pub key: &'a str,
     pub limit: u64,
     pub window: Duration,
+    pub calendar: Option<Calendar>,
     pub algorithm: Algorithm,
 }
 
@@ -83,6 +97,7 @@ pub(super) fn ad_hoc<'a>(
     key: &'a str,
     limit: u64,
     window: &str,
+    timezone: Option<&str>,
     algorithm: Algorithm,
     cost: u64,
 ) -> Result<AdHoc<'a>, Invalid> {
@@ -91,9 +106,12 @@ pub(super) fn ad_hoc<'a>(
         return Err(Invalid::KeyLength);
     }
     algorithm.check_limit(limit).map_err(Invalid::Limit)?;
-    let window = parse_window(window).map_err(Invalid::Window)?;
+    let (window, calendar) = parse_window_in(window, timezone, algorithm).map_err(|e| match e.field {
+        "timezone" => Invalid::Timezone(e.message),
+        _ => Invalid::Window(e.message),
+    })?;
     check_cost_fits(cost, limit, "default")?;
-    Ok(AdHoc { key, limit, window, algorithm })
+    Ok(AdHoc { key, limit, window, calendar, algorithm })
 }
 
 /// Checks a policy request's identifiers and cost; returns the normalised

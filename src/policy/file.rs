@@ -13,7 +13,7 @@ use toml::Spanned;
 use super::forward_auth::{self, RawForwardAuth};
 use super::overrides_file::{validate_overrides, RawOverride};
 use super::{
-    is_valid_name, parse_block_for, parse_window, BucketDef, FallbackShare, IdentifierKind, Mode,
+    is_valid_name, parse_block_for, parse_window_in, BucketDef, FallbackShare, IdentifierKind, Mode,
     OnStoreError, Policy,
 };
 use crate::algorithm::Algorithm;
@@ -63,6 +63,8 @@ struct RawBucket {
     on: Spanned<Vec<Spanned<String>>>,
     limit: Spanned<u64>,
     window: Spanned<String>,
+    #[serde(default)]
+    timezone: Option<Spanned<String>>,
     #[serde(default)]
     algorithm: Algorithm,
     #[serde(default)]
@@ -198,12 +200,25 @@ impl RawBucket {
         }
         let (limit, algorithm) = (*self.limit.get_ref(), self.algorithm);
         algorithm.check_limit(limit).map_err(|e| Mistake::at(&self.limit, "limit", e.to_string()))?;
-        let window =
-            parse_window(self.window.get_ref()).map_err(|e| Mistake::at(&self.window, "window", e))?;
+        let timezone = self.timezone.as_ref();
+        let (window, calendar) =
+            parse_window_in(self.window.get_ref(), timezone.map(|t| t.get_ref().as_str()), algorithm)
+                .map_err(|e| match timezone.filter(|_| e.field == "timezone") {
+                    Some(zone) => Mistake::at(zone, e.field, e.message),
+                    None => Mistake::at(&self.window, e.field, e.message),
+                })?;
         let block_for = (self.block_for.as_ref())
             .map(|text| parse_block_for(text.get_ref()).map_err(|e| Mistake::at(text, "block_for", e)))
             .transpose()?;
         let on = self.on.into_inner().into_iter().map(Spanned::into_inner).collect();
-        Ok(BucketDef { name: self.name.into_inner().into(), on, limit, window, algorithm, block_for })
+        Ok(BucketDef {
+            name: self.name.into_inner().into(),
+            on,
+            limit,
+            window,
+            algorithm,
+            calendar,
+            block_for,
+        })
     }
 }

@@ -8,6 +8,7 @@
 //! come from a TOML file (`PGLIMIT_POLICIES`) or, without one, from
 //! `policies.default.toml`, built into the binary.
 
+mod calendar;
 mod cidr;
 mod duration;
 mod file;
@@ -27,13 +28,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use calendar::{parse_window_in, WindowMistake};
 pub use cidr::{Cidr, MAX_V6_PREFIX};
 pub use duration::{format_window, parse_block_for, parse_window, MAX_WINDOW, MIN_WINDOW};
 pub use forward_auth::{ForwardAuth, HeaderSource, MAX_TRUSTED_HOPS};
 pub use identifier::{IdentifierKind, MAX_VALUE_LEN};
 pub use overrides::{Override, OverrideAction, Pattern};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Calendar};
 
 const DEFAULT_POLICIES: &str = include_str!("../../policies.default.toml");
 
@@ -61,6 +63,8 @@ pub struct BucketDef {
     pub limit: u64,
     pub window: Duration,
     pub algorithm: Algorithm,
+    /// A calendar window (`window` is then its nominal length).
+    pub calendar: Option<Calendar>,
     /// Lockout: once this bucket denies a check, its key stays denied for
     /// this long from that denial, even if the window resets sooner.
     pub block_for: Option<Duration>,

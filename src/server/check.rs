@@ -138,6 +138,8 @@ struct CheckBody {
     key: Option<String>,
     limit: Option<u64>,
     window: Option<String>,
+    /// A calendar window's time zone (IANA), with `key` only.
+    timezone: Option<String>,
     algorithm: Option<Algorithm>,
     cost: Option<u64>,
     /// `/reset` only: which of the check's buckets to reset.
@@ -181,6 +183,7 @@ fn policy_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
         reject_present(field, present, "policy")?;
     }
     reject_present("algorithm", raw.algorithm.is_some(), "policy")?;
+    reject_present("timezone", raw.timezone.is_some(), "policy")?;
     let identifiers = raw
         .identifiers
         .ok_or_else(|| Error::field("identifiers", "identifiers is required with \"policy\""))?;
@@ -193,7 +196,8 @@ fn key_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
     let window =
         raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
     let (key, algorithm) = (raw.key.unwrap_or_default(), raw.algorithm.unwrap_or_default());
-    Ok(CheckRequest::AdHoc { key, limit, window, algorithm, cost })
+    let timezone = raw.timezone;
+    Ok(CheckRequest::AdHoc { key, limit, window, timezone, algorithm, cost })
 }
 
 fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {

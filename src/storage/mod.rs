@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Calendar};
 
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
@@ -48,6 +48,8 @@ pub struct BucketSpec {
     pub window: Duration,
     pub algorithm: Algorithm,
     pub lockout: Option<Lockout>,
+    /// A fixed window's calendar window (`window` is then its nominal length).
+    pub calendar: Option<Calendar>,
 }
 
 /// A bucket's lockout: once it denies a check, its key is blocked this long.
@@ -61,7 +63,12 @@ pub struct Lockout {
 impl BucketSpec {
     pub fn params(&self) -> crate::algorithm::Params {
         let window_us = i64::try_from(self.window.as_micros()).unwrap_or(i64::MAX);
-        crate::algorithm::Params { algorithm: self.algorithm, limit: self.limit, window_us }
+        crate::algorithm::Params {
+            algorithm: self.algorithm,
+            limit: self.limit,
+            window_us,
+            calendar: self.calendar,
+        }
     }
 }
 

@@ -24,6 +24,7 @@ fn spec(n: u8, algorithm: Algorithm, limit: u64, window_ms: u64) -> BucketSpec {
         window: Duration::from_millis(window_ms),
         algorithm,
         lockout: None,
+        calendar: None,
     }
 }
 
@@ -242,7 +243,7 @@ async fn each_algorithm_code_selects_the_same_algorithm_in_sql() {
     };
     let mut answers = std::collections::HashSet::new();
     for algorithm in Algorithm::ALL {
-        let params = pglimit::algorithm::Params { algorithm, limit: 5, window_us: window };
+        let params = pglimit::algorithm::Params { algorithm, limit: 5, window_us: window, calendar: None };
         let want = decide(params, Some(&state), 1, now, false);
         let want = (want.allowed, want.remaining as i64, want.full_us, want.retry_us, want.next.expires_us);
         let got = decide_in_sql(algorithm.code()).await.expect("pglimit_decide answers");

@@ -190,6 +190,7 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
         window: std::time::Duration::from_secs(3600),
         algorithm: Algorithm::FixedWindow,
         lockout: None,
+        calendar: None,
     };
     let (roomy, tight) = (bucket(1, 5), bucket(2, 1));
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
@@ -261,6 +262,7 @@ async fn row_fills_under_the_upsert(algorithm: pglimit::algorithm::Algorithm, ta
         window: std::time::Duration::from_secs(3600),
         algorithm,
         lockout: None,
+        calendar: None,
     };
     let key = bucket.key;
     let now: chrono::DateTime<chrono::Utc> = "2031-06-01T00:10:00Z".parse().unwrap();

@@ -16,7 +16,7 @@ use pglimit::storage::{BucketSpec, CheckBatch, Key, MemoryFallback, Store, Store
 fn bucket(key: Key, limit: u64, algorithm: Algorithm) -> BucketSpec {
     // A week: the token bucket refills under one token in the test's time.
     let window = Duration::from_secs(7 * 24 * 3600);
-    BucketSpec { name: Arc::from("b"), key, limit, window, algorithm, lockout: None }
+    BucketSpec { name: Arc::from("b"), key, limit, window, algorithm, lockout: None, calendar: None }
 }
 
 fn batch(buckets: Vec<BucketSpec>) -> CheckBatch {

@@ -11,6 +11,7 @@ mod algorithms;
 mod api_overrides;
 mod api_overrides_errors;
 mod batch_functions;
+mod calendar;
 mod cleanup;
 mod concurrency;
 mod errors;

@@ -4,6 +4,7 @@
 
 use pglimit::storage::{Pooler, Reach};
 
+use crate::common::calendar_replay::{replay_calendar, CalendarShape};
 use crate::common::replay::{record_statements, replay, seen, Path, SHAPES};
 use crate::common::{forbid_retries_with_locks, fresh_database, functions_pool, pg_store_through};
 
@@ -46,6 +47,34 @@ async fn both_batch_functions_decide_exactly_as_the_model() {
         for (n, shape) in SHAPES.into_iter().enumerate() {
             // A seed of its own: another would replay the same keys.
             replay(Path::Function(&pool, function), &pool, shape, 31 + 10 * f as u64 + n as u64).await;
+        }
+    }
+}
+
+/// Calendar windows, alone and beside other algorithms, on traces across
+/// daylight-saving changes and month ends: through the store, directly and
+/// behind a transaction pooler (a batch function takes them either way: the
+/// plain upserts know only windows of a fixed length), and through both
+/// batch functions by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_windows_decide_exactly_as_the_model_on_every_path() {
+    let shapes = [CalendarShape::Alone, CalendarShape::Mixed];
+    for pooler in [Pooler::None, Pooler::Transaction] {
+        let url = fresh_database().await;
+        let store = pg_store_through(&url, Reach { pooler, schema: None }).await;
+        let log = record_statements(&url).await;
+        for (n, shape) in shapes.into_iter().enumerate() {
+            replay_calendar(Path::Store(&store), &log, shape, 51 + n as u64).await;
+            assert_eq!(seen(&log).await, ["pglimit_check_distinct"], "{pooler:?}, {shape:?}");
+        }
+    }
+    let url = fresh_database().await;
+    let _migrated = crate::common::pg_store(&url).await;
+    let pool = functions_pool(&url).await;
+    for (f, function) in ["pglimit_check_batch", "pglimit_check_distinct"].into_iter().enumerate() {
+        for (n, shape) in shapes.into_iter().enumerate() {
+            replay_calendar(Path::Function(&pool, function), &pool, shape, 61 + 10 * f as u64 + n as u64)
+                .await;
         }
     }
 }

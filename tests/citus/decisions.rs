@@ -11,6 +11,7 @@ use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
 use serde_json::json;
 
 use crate::cluster;
+use crate::common::calendar_replay::{replay_calendar, CalendarShape};
 use crate::common::replay::{replay, Path, SHAPES};
 use crate::common::{self, check, instance, unique};
 
@@ -28,6 +29,7 @@ pub fn spec(n: u8, tag: u8, algorithm: Algorithm, limit: u64, window_ms: u64) ->
         window: Duration::from_millis(window_ms),
         algorithm,
         lockout: None,
+        calendar: None,
     }
 }
 
@@ -41,6 +43,19 @@ async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
     let rows = crate::direct(&url).await;
     for (n, shape) in SHAPES.into_iter().enumerate() {
         replay(Path::Store(&pg), &rows, shape, 17 + n as u64).await;
+    }
+}
+
+/// Calendar windows on the workers' function, on traces across DST
+/// changes and month ends (`tests/common/calendar_replay.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn calendar_windows_on_the_workers_decide_exactly_as_the_model() {
+    let url = cluster().0;
+    let pg = common::pg_store(&url).await;
+    let rows = crate::direct(&url).await;
+    for (n, shape) in [CalendarShape::Alone, CalendarShape::Mixed].into_iter().enumerate() {
+        replay_calendar(Path::Store(&pg), &rows, shape, 71 + n as u64).await;
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod caddy;
+pub mod calendar_replay;
 pub mod docs;
 pub mod envoy;
 pub mod nginx;

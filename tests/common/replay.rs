@@ -79,40 +79,55 @@ pub async fn replay(path: Path<'_>, rows: &PgPool, shape: Shape, seed: u64) {
             let most =
                 if shape == Shape::Mixed { 2 } else { specs.iter().map(|s| s.limit).min().unwrap_or(1) };
             let cost = rng.gen_range(0..3).min(most);
-            let got = decide_through(path, &specs, cost, now).await;
-            let at =
-                |i: usize| format!("{shape:?} seed {seed} round {round} step {step} bucket {i}, cost {cost}");
-            let now_us = now.timestamp_micros();
-            let admit = cost > 0
-                && specs
-                    .iter()
-                    .zip(&model)
-                    .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
-            for (i, s) in specs.iter().enumerate() {
-                let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
-                // A one-bucket upsert reads a denied check's figures from its
-                // snapshot, and keeps `remaining` below the cost so that it
-                // never contradicts the denial (upsert.rs).
-                let capped = specs.len() == 1
-                    && !want.allowed
-                    && want.remaining.min(cost.saturating_sub(1)) == got[i].remaining;
-                assert_eq!(got[i].allowed, want.allowed, "allowed, {}", at(i));
-                assert!(
-                    got[i].remaining == want.remaining || capped,
-                    "remaining {} for {}, {}",
-                    got[i].remaining,
-                    want.remaining,
-                    at(i)
-                );
-                assert_eq!(got[i].reset_us, want.full_us, "reset_at, {}", at(i));
-                assert_eq!(got[i].retry_us, want.retry_us, "retry_at, {}", at(i));
-                if admit {
-                    assert_row_lasts(rows, s, &want, &at(i)).await;
-                    model[i] = Some(want.next);
-                }
-            }
+            let at = format!("{shape:?} seed {seed} round {round} step {step}");
+            check_step(path, rows, &specs, &mut model, cost, now, &at).await;
         }
         now += TimeDelta::seconds(100);
+    }
+}
+
+/// Decides one check of `cost` on `specs` at `now` through `path` and
+/// asserts that every figure is the model's (whose states `model` holds and
+/// this moves on); `at` names the step in a failure.
+pub async fn check_step(
+    path: Path<'_>,
+    rows: &PgPool,
+    specs: &[BucketSpec],
+    model: &mut [Option<State>],
+    cost: u64,
+    now: DateTime<Utc>,
+    at: &str,
+) {
+    let got = decide_through(path, specs, cost, now).await;
+    let at = |i: usize| format!("{at} bucket {i}, cost {cost}");
+    let now_us = now.timestamp_micros();
+    let admit = cost > 0
+        && specs
+            .iter()
+            .zip(model.iter())
+            .all(|(s, m)| decide(s.params(), m.as_ref(), cost, now_us, false).allowed);
+    for (i, s) in specs.iter().enumerate() {
+        let want = decide(s.params(), model[i].as_ref(), cost, now_us, admit);
+        // A one-bucket upsert reads a denied check's figures from its
+        // snapshot, and keeps `remaining` below the cost so that it
+        // never contradicts the denial (upsert.rs).
+        let capped = specs.len() == 1
+            && !want.allowed
+            && want.remaining.min(cost.saturating_sub(1)) == got[i].remaining;
+        assert_eq!(got[i].allowed, want.allowed, "allowed, {}", at(i));
+        assert!(
+            got[i].remaining == want.remaining || capped,
+            "remaining {} for {}, {}",
+            got[i].remaining,
+            want.remaining,
+            at(i)
+        );
+        assert_eq!(got[i].reset_us, want.full_us, "reset_at, {}", at(i));
+        assert_eq!(got[i].retry_us, want.retry_us, "retry_at, {}", at(i));
+        if admit {
+            assert_row_lasts(rows, s, &want, &at(i)).await;
+            model[i] = Some(want.next);
+        }
     }
 }
 
@@ -144,6 +159,7 @@ fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
                 window: Duration::from_millis(window_ms(rng)),
                 algorithm,
                 lockout: None,
+                calendar: None,
             }
         })
         .collect()
@@ -179,7 +195,7 @@ async fn call(
 ) -> Vec<Got> {
     let sql = format!(
         "SELECT o_allowed, o_remaining, o_reset_at, o_retry_at
-         FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9) ORDER BY o_pos"
+         FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY o_pos"
     );
     let column = |f: fn(&BucketSpec) -> i64| specs.iter().map(f).collect::<Vec<_>>();
     let rows: Vec<FunctionRow> = sqlx::query_as(&sql)
@@ -192,6 +208,7 @@ async fn call(
         .bind(vec![0i64; specs.len()])
         .bind(vec![None::<String>; specs.len()])
         .bind(now)
+        .bind(specs.iter().map(|s| s.calendar.map(|c| c.zone.name())).collect::<Vec<_>>())
         .fetch_all(pool)
         .await
         .unwrap_or_else(|e| panic!("{function}: {e}"));

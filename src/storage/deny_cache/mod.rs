@@ -195,7 +195,7 @@ fn fingerprint(batch: &CheckBatch) -> u64 {
     let mut hasher = DefaultHasher::new();
     batch.cost.hash(&mut hasher);
     for b in &batch.buckets {
-        (b.key, b.limit, b.window, b.algorithm).hash(&mut hasher);
+        (b.key, b.limit, b.window, b.algorithm, b.calendar).hash(&mut hasher);
     }
     hasher.finish()
 }

@@ -11,7 +11,15 @@ fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
     let mut key = [0u8; 32];
     key[..name.len()].copy_from_slice(name.as_bytes());
     let window = Duration::from_secs(window_s);
-    BucketSpec { name: Arc::from(name), key, limit, window, algorithm: Algorithm::FixedWindow, lockout: None }
+    BucketSpec {
+        name: Arc::from(name),
+        key,
+        limit,
+        window,
+        algorithm: Algorithm::FixedWindow,
+        lockout: None,
+        calendar: None,
+    }
 }
 
 fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
@@ -121,4 +129,21 @@ fn when_full_the_windows_closest_to_reset_are_evicted_first() {
     }
     // The key with the longest window (reset last) is still counted.
     assert!(!store.check_at(&batch(&[keys[7].clone()], 1), t0(), 1).allowed());
+}
+
+#[test]
+fn a_calendar_window_in_memory_ends_at_the_local_midnight_and_takes_its_share() {
+    let zone = crate::algorithm::parse_zone("America/New_York").expect("zone");
+    let calendar = crate::algorithm::Calendar { unit: crate::algorithm::CalendarUnit::Day, zone };
+    let b =
+        [BucketSpec { calendar: Some(calendar), window: Duration::from_secs(86_400), ..bucket("cal", 4, 1) }];
+    // 2027-03-14 12:00 in New York, a day of 23 hours; two instances share.
+    let noon: DateTime<Utc> = "2027-03-14T16:00:00Z".parse().expect("time");
+    let midnight: DateTime<Utc> = "2027-03-15T04:00:00Z".parse().expect("time");
+    let store = MemoryStore::new(100);
+    let admitted = (0..4).filter(|_| store.check_at(&batch(&b, 1), noon, 2).allowed()).count();
+    assert_eq!(admitted, 2, "half of 4");
+    assert_eq!(store.check_at(&batch(&b, 0), noon, 2).buckets[0].reset_at, midnight);
+    let next_day = store.check_at(&batch(&b, 1), midnight, 2);
+    assert!(next_day.allowed(), "a new day at local midnight");
 }

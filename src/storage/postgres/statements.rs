@@ -26,8 +26,9 @@ pub(super) struct Row {
     o_blocked: bool,
 }
 
-/// The parameters every batch function takes ($1 to $9), one element per
-/// bucket of `batches`, and the clock to decide at.
+/// The parameters every batch function takes ($1 to $10), one element per
+/// bucket of `batches`, the clock to decide at ($9), and each calendar
+/// window's zone ($10; NULL for other windows).
 pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime<Utc>>) -> Vec<Arg<'a>> {
     let buckets = || buckets_of(batches);
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
@@ -41,6 +42,7 @@ pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime
         Arg::Bigints(buckets().map(|(_, _, b)| block_for(b)).collect()),
         Arg::Texts(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect()),
         Arg::Clock(now),
+        Arg::Texts(buckets().map(|(_, _, b)| b.calendar.map(|c| c.zone.name())).collect()),
     ]
 }
 

@@ -61,9 +61,13 @@ pub(super) enum Road {
 }
 
 /// The upsert that decides `batches` exactly, if one does; `distinct`:
-/// whether no key appears twice among them.
+/// whether no key appears twice among them. A calendar window takes a
+/// batch function: the upserts know only windows of a fixed length, and
+/// stay as lean as they were.
 pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
-    let plain = |batch: &&CheckBatch| batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none());
+    let plain = |batch: &&CheckBatch| {
+        batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none() && b.calendar.is_none())
+    };
     if !distinct || !batches.iter().all(plain) {
         return None;
     }

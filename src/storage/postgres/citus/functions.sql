@@ -49,7 +49,8 @@ CREATE OR REPLACE FUNCTION pglimit_check_node(
     p_costs        bigint[],
     p_block_for_ms bigint[],
     p_names        text[],
-    p_now          timestamptz
+    p_now          timestamptz,
+    p_zones        text[]
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -97,7 +98,7 @@ BEGIN
     END LOOP;
     pos := ARRAY(SELECT array_position(k_key, u.key) FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
     d := pglimit_decide_batch(p_checks, pos, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names,
-                              now_us, k_count, k_prev, k_exp, k_tat, k_log, k_block);
+                              p_zones, now_us, k_count, k_prev, k_exp, k_tat, k_log, k_block);
 
     FOR ri IN 1..cardinality(rs) LOOP
         EXECUTE format('UPDATE %s t SET
@@ -210,7 +211,7 @@ BEGIN
 END
 $$;
 
-SELECT create_distributed_function('pglimit_check_node(integer, integer[], integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz)',
+SELECT create_distributed_function('pglimit_check_node(integer, integer[], integer[], bytea[], bigint[], bigint[], smallint[], bigint[], bigint[], text[], timestamptz, text[])',
                                    'p_route', colocate_with := 'pglimit_buckets');
 SELECT create_distributed_function('pglimit_refund_node(integer, integer[], bytea[], bigint[], bigint[], smallint[], bigint[], timestamptz, timestamptz[])',
                                    'p_route', colocate_with := 'pglimit_buckets');

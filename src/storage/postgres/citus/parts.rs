@@ -89,6 +89,7 @@ mod tests {
             window: Duration::from_secs(60),
             algorithm: Algorithm::FixedWindow,
             lockout: None,
+            calendar: None,
         }
     }
 

@@ -14,7 +14,8 @@ use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
 
 /// The batch function for buckets on one worker: $10 is the route Citus
 /// sends the call by, $11 each bucket's route. See `citus/functions.sql`.
-const CHECK_NODE: &str = "SELECT * FROM pglimit_check_node($10, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9)";
+const CHECK_NODE: &str =
+    "SELECT * FROM pglimit_check_node($11, $12, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 /// Gives back what one part of a denied check took; see `citus/functions.sql`.
 const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";

@@ -15,11 +15,11 @@ use crate::telemetry;
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
 /// `migrations/`.
-const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 /// The same for a batch in which no key appears twice, decided set-based
 /// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
-const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 /// A row past `expires_at` is equivalent to no row for every algorithm,
 /// so deleting it changes no answer. Rows locked by a check in progress are

@@ -34,6 +34,25 @@ CREATE FUNCTION pglimit_fixed_end(s_expires anyelement, now anyelement, new_end 
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT CASE WHEN s_expires > now THEN s_expires ELSE new_end END $$;
 
+-- A calendar window (a fixed window's, src/algorithm/calendar.rs) ends at
+-- the next local midnight, Monday (ISO week) or 1st of the month in zone
+-- `tz`, after the instant `now_us`. It travels as its unit's nominal length
+-- in `win` (1, 7 or 31 days) and its IANA zone in `tz`. A local midnight
+-- a clock change skips or repeats is read as Postgres reads any local time
+-- (the offset from before a skip, from after a repeat); the model agrees.
+CREATE FUNCTION pglimit_calendar_end(now_us bigint, win bigint, tz text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN pglimit_us(CASE win WHEN 86400000000 THEN date_trunc('day', pglimit_ts(now_us) AT TIME ZONE tz) + interval '1 day'
+                           WHEN 604800000000 THEN date_trunc('week', pglimit_ts(now_us) AT TIME ZONE tz) + interval '1 week'
+                           ELSE date_trunc('month', pglimit_ts(now_us) AT TIME ZONE tz) + interval '1 month'
+                  END AT TIME ZONE tz);
+
+-- Where a new fixed window that starts now ends: `win` later, or, for a
+-- calendar window (a zone given), at the next calendar boundary.
+CREATE FUNCTION pglimit_window_end(now_us bigint, win bigint, tz text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN tz IS NULL THEN now_us + win ELSE pglimit_calendar_end(now_us, win, tz) END;
+
 -- Sliding window counter: windows aligned on the clock; a row keeps its
 -- window's count and the previous window's, and is stamped with the end of
 -- its window plus one window: `row_end` for a row of the current window,
@@ -104,10 +123,11 @@ RETURN tat + taken - now_us <= cap;
 -- One bucket's decision, as src/algorithm/ decides it. The codes are
 -- Algorithm::code: 0 fixed window, 1 sliding window counter, 2 sliding log,
 -- 3 token bucket; any other raises. `admit`: whether the next state counts
--- this check (its other buckets fit too).
+-- this check (its other buckets fit too). `tz`: a calendar window's zone
+-- (fixed windows only; NULL for every other window).
 CREATE FUNCTION pglimit_decide(
     algo smallint, s_count bigint, s_prev bigint, s_expires bigint, s_tat bigint, s_log bigint[],
-    lim bigint, win bigint, cost bigint, now_us bigint, admit boolean,
+    lim bigint, win bigint, cost bigint, now_us bigint, admit boolean, tz text DEFAULT NULL,
     OUT allowed boolean, OUT remaining bigint, OUT full_us bigint, OUT retry_us bigint,
     OUT n_count bigint, OUT n_prev bigint, OUT n_expires bigint, OUT n_tat bigint, OUT n_log bigint[]
 ) LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -116,9 +136,12 @@ DECLARE
     entries bigint[]; step bigint; tat bigint;
 BEGIN
     n_count := 0; n_prev := 0; n_tat := NULL; n_log := NULL;
+    IF tz IS NOT NULL AND algo <> 0 THEN
+        RAISE EXCEPTION 'pglimit_decide: a calendar window (zone %) with algorithm code %', tz, algo;
+    END IF;
     IF algo = 0 THEN
         c := pglimit_fixed_count(s_count, s_expires, now_us);
-        end_us := pglimit_fixed_end(s_expires, now_us, now_us + win);
+        end_us := pglimit_fixed_end(s_expires, now_us, pglimit_window_end(now_us, win, tz));
         allowed := c + cost <= lim;
         IF admit THEN c := c + cost; END IF;
         remaining := greatest(lim - c, 0);

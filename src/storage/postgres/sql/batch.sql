@@ -9,7 +9,8 @@
 -- so a hot key is locked and written once per batch, not once per check.
 -- A blocked bucket denies its check (nothing is consumed) until the block
 -- ends; a bucket with a lockout (p_block_for_ms > 0) that denies blocks its
--- key for that long from the denial.
+-- key for that long from the denial. p_zones gives a calendar window's
+-- zone (NULL for any other window; the whole array NULL when none is).
 
 -- A log kept as jsonb while a batch is decided (a bigint[][] cannot hold
 -- logs of different lengths), back to bigint[].
@@ -26,7 +27,7 @@ RETURN CASE WHEN j IS NULL OR jsonb_typeof(j) <> 'array' THEN NULL
 -- k_name) and each bucket's answer (a_*).
 CREATE FUNCTION pglimit_decide_batch(
     p_checks integer[], pos integer[], p_limits bigint[], p_windows_ms bigint[], p_algos smallint[],
-    p_costs bigint[], p_block_for_ms bigint[], p_names text[], now_us bigint,
+    p_costs bigint[], p_block_for_ms bigint[], p_names text[], p_zones text[], now_us bigint,
     INOUT k_count bigint[], INOUT k_prev bigint[], INOUT k_exp bigint[], INOUT k_tat bigint[],
     INOUT k_log jsonb[], INOUT k_block bigint[],
     OUT k_dirty boolean[], OUT k_locked boolean[], OUT k_name text[],
@@ -49,7 +50,7 @@ BEGIN
             j := pos[i];
             v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
                                 CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
-                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, true);
+                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, true, p_zones[i]);
             a_blocked[i] := k_block[j] IS NOT NULL;
             admit := admit AND v.allowed AND NOT a_blocked[i];
             a_allowed[i] := v.allowed AND NOT a_blocked[i];
@@ -67,7 +68,7 @@ BEGIN
             -- Not admitted: the figures of the state as it stands.
             v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
                                 CASE WHEN p_algos[i] = 2 THEN pglimit_log_of(k_log[j]) END,
-                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, false);
+                                p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, false, p_zones[i]);
             a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
             -- This bucket denied by its own count: its lockout starts now.
             IF NOT a_blocked[i] AND NOT a_allowed[i] AND coalesce(p_block_for_ms[i], 0) > 0 THEN
@@ -100,7 +101,8 @@ CREATE FUNCTION pglimit_check_batch(
     p_costs        bigint[],
     p_block_for_ms bigint[],
     p_names        text[],
-    p_now          timestamptz DEFAULT NULL
+    p_now          timestamptz DEFAULT NULL,
+    p_zones        text[] DEFAULT NULL
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -134,7 +136,7 @@ BEGIN
     pos := ARRAY(SELECT array_position(k_key, u.key) FROM unnest(p_keys) WITH ORDINALITY AS u(key, o) ORDER BY u.o);
 
     d := pglimit_decide_batch(p_checks, pos, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names,
-                              pglimit_us(v_now), k_count, k_prev, k_exp, k_tat, k_log, k_block);
+                              p_zones, pglimit_us(v_now), k_count, k_prev, k_exp, k_tat, k_log, k_block);
 
     UPDATE pglimit_buckets t SET
         count = s.c, prev_count = s.p, expires_at = pglimit_ts(s.e), tat_us = s.tt,

@@ -22,7 +22,8 @@ CREATE FUNCTION pglimit_check_distinct(
     p_costs        bigint[],
     p_block_for_ms bigint[],
     p_names        text[],
-    p_now          timestamptz DEFAULT NULL
+    p_now          timestamptz DEFAULT NULL,
+    p_zones        text[] DEFAULT NULL
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -49,13 +50,13 @@ BEGIN
     -- however often their result is read.
     RETURN QUERY
     WITH cur AS MATERIALIZED (
-        SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.pos::integer AS pos,
+        SELECT r.chk, r.key, r.lim, r.win * 1000 AS win, r.algo, r.cost, r.bf, r.name, r.tz, r.pos::integer AS pos,
                b.count, b.prev_count, b.tat_us, b.log,
                pglimit_us(b.expires_at) AS exp_us,
                (SELECT pglimit_us(k.until) FROM pglimit_blocks k
                 WHERE k.key = r.key AND k.until > v_now) AS until_us
-        FROM unnest(p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names)
-             WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, pos)
+        FROM unnest(p_checks, p_keys, p_limits, p_windows_ms, p_algos, p_costs, p_block_for_ms, p_names, p_zones)
+             WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, tz, pos)
         JOIN pglimit_buckets b ON b.key = r.key
     ), st AS MATERIALIZED (
         -- Each algorithm's state as it stands now (algorithms.sql); a
@@ -63,7 +64,7 @@ BEGIN
         -- row's expires_at one window later.
         SELECT c.*,
                pglimit_fixed_count(c.count, c.exp_us, now_us) AS f_c,
-               pglimit_fixed_end(c.exp_us, now_us, now_us + c.win) AS f_end,
+               pglimit_fixed_end(c.exp_us, now_us, pglimit_window_end(now_us, c.win, c.tz)) AS f_end,
                pglimit_sliding_start(now_us, c.win) AS sw_start,
                pglimit_sliding_current(c.count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win) AS sw_c,
                pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win,
