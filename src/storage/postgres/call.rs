@@ -26,10 +26,10 @@ pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> S
     let now = jobs.first().and_then(|job| job.now);
     let (jobs, mut replies): (Vec<Sent>, Vec<Reply>) =
         jobs.into_iter().map(|j| ((j.batch, j.task, j.queued), j.reply)).unzip();
-    let batches: Vec<&CheckBatch> = jobs.iter().map(|(batch, ..)| batch).collect();
-    let tasks: Vec<&Task> = jobs.iter().map(|(_, task, _)| task).collect();
+    let batches = jobs.iter().map(|(batch, ..)| batch).collect();
+    let work = Work { batches, tasks: jobs.iter().map(|(_, task, _)| task).collect(), now };
     let result = tokio::select! {
-        result = run_again_if_ended(session, &mut slot, &batches, now, &tasks) => result,
+        result = run_again_if_ended(session, &mut slot, &work) => result,
         () = abandoned(&mut replies, sent + session.patience()) => {
             // Every caller stopped waiting and answered from memory: what
             // this call would take in Postgres must not be taken too (a
@@ -60,6 +60,13 @@ pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> S
 }
 
 type Sent = (CheckBatch, Task, Instant);
+
+/// What one call sends: the batches, what to do with them, and their clock.
+struct Work<'a> {
+    batches: Vec<&'a CheckBatch>,
+    tasks: Vec<&'a Task>,
+    now: Option<DateTime<Utc>>,
+}
 type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
 /// Resolves once no caller waits for an answer any more and the call has
@@ -75,27 +82,20 @@ async fn abandoned(replies: &mut [Reply], patience: Instant) {
 async fn run_again_if_ended(
     session: &Session,
     slot: &mut Slot,
-    batches: &[&CheckBatch],
-    now: Option<DateTime<Utc>>,
-    tasks: &[&Task],
+    work: &Work<'_>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let result = run(session, slot, batches, now, tasks).await;
+    let result = run(session, slot, work).await;
     if result.as_ref().is_err_and(ended_by_server) {
         // Nothing the ended connection ran was committed: send it again.
-        return run(session, slot, batches, now, tasks).await;
+        return run(session, slot, work).await;
     }
     result
 }
 
 /// One call on the connection, opened afresh if it is from before an outage
 /// or was lost.
-async fn run(
-    session: &Session,
-    slot: &mut Slot,
-    batches: &[&CheckBatch],
-    now: Option<DateTime<Utc>>,
-    tasks: &[&Task],
-) -> Result<Vec<Answer>, sqlx::Error> {
+async fn run(session: &Session, slot: &mut Slot, work: &Work<'_>) -> Result<Vec<Answer>, sqlx::Error> {
+    let Work { batches, tasks, now } = work;
     let generation = session.generation();
     if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
         *slot = None;
@@ -106,15 +106,15 @@ async fn run(
     let Some((conn, _)) = slot.as_mut() else {
         return Err(timed_out("connecting"));
     };
-    let work = async {
+    let sending = async {
         let layout = session.layout();
         if tasks.first().is_none_or(|t| t.is_check()) {
-            layout.decide(conn, batches, now, session.per_transaction()).await
+            layout.decide(conn, batches, *now, session.per_transaction()).await
         } else {
             refund(conn, layout, batches, tasks).await
         }
     };
-    let result = match tokio::time::timeout(session.hard_limit(), work).await {
+    let result = match tokio::time::timeout(session.hard_limit(), sending).await {
         Ok(result) => result,
         Err(_) => Err(timed_out("waiting for a batch")),
     };
