@@ -32,6 +32,9 @@ pub enum Error {
     StoreUnavailable,
     #[error("no resource at {0}")]
     NotFound(String),
+    /// `/release` or `/renew` of a lease that does not exist (or has ended).
+    #[error("{0}")]
+    NoLease(&'static str),
     #[error("method not allowed here")]
     MethodNotAllowed,
     #[error("the request took longer than the configured PGLIMIT_REQUEST_TIMEOUT_MS; retry shortly")]
@@ -72,7 +75,7 @@ impl Error {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::NoLease(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -94,6 +97,7 @@ impl Error {
             Self::Unauthorized(_) => "unauthorized",
             Self::StoreUnavailable => "store-unavailable",
             Self::NotFound(_) => "not-found",
+            Self::NoLease(_) => "unknown-lease",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
@@ -128,6 +132,7 @@ impl From<Invalid> for Error {
             Invalid::UnknownBucket { field, .. } => (*field).into(),
             Invalid::BlockFor(_) => "for".into(),
             Invalid::ReasonLength => "reason".into(),
+            Invalid::Lease(_) => "lease".into(),
         };
         Self::field(field, invalid.to_string())
     }
@@ -146,6 +151,7 @@ impl IntoResponse for Error {
         match &self {
             Self::InvalidField { field, .. } => body["field"] = json!(field),
             Self::UnknownPolicy(_) => body["field"] = json!("policy"),
+            Self::NoLease(_) => body["field"] = json!("lease"),
             Self::InvalidHeader { header, .. } => body["header"] = json!(header),
             Self::NotJson => body["header"] = json!("content-type"),
             Self::MisdirectedHost => body["header"] = json!("host"),

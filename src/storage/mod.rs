@@ -70,6 +70,9 @@ pub struct CheckBatch {
     pub cost: u64,
     /// What the memory store may do when Postgres cannot answer.
     pub fallback: MemoryFallback,
+    /// The lease an admitted check takes in its concurrency buckets: the
+    /// SHA-256 of the id the caller is given ([`crate::limiter`] makes it).
+    pub lease: Option<Key>,
 }
 
 /// Whether, and how, a check may be answered from memory while Postgres is
@@ -227,6 +230,20 @@ pub trait Actions: Send + Sync {
 
     /// Active blocks, the latest-ending first, at most `limit`.
     fn blocks(&self, limit: u32) -> impl Future<Output = Result<Vec<Block>, StoreError>> + Send;
+}
+
+/// Leases of concurrency buckets, by the SHA-256 of their id (see
+/// `postgres/sql/leases.sql`). Like actions, they are refused while
+/// Postgres is away.
+pub trait Leases: Send + Sync {
+    /// Frees the lease's slots: `Some(true)` if it held any, `Some(false)`
+    /// if it was released already or has ended, `None` if there is no such
+    /// lease.
+    fn release(&self, id: &Key) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
+
+    /// Extends the lease by its lease time from now; answers when it ends,
+    /// or `None` if it has ended, was released, or does not exist.
+    fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
 }
 
 /// A key to block, with the names an operator will see it by.

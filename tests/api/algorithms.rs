@@ -75,7 +75,7 @@ async fn algorithms_mixed_in_one_batch_decide_exactly_as_the_model() {
     for (wave, after_ms) in [0, 7, 13].into_iter().enumerate() {
         let now = start + TimeDelta::milliseconds(after_ms);
         let batches: Vec<CheckBatch> = (specs.iter())
-            .map(|s| CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse })
+            .map(|s| CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse, lease: None })
             .collect();
         let answers = futures_util::future::join_all(batches.iter().map(|b| pg.check_as_of(b, now))).await;
         for (i, answer) in answers.into_iter().enumerate() {
@@ -195,7 +195,8 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
         now - TimeDelta::milliseconds(now.timestamp_millis().rem_euclid(window_ms as i64)) + window;
     let at = boundary + TimeDelta::milliseconds(10);
     for s in [&sliding, &fixed] {
-        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse };
+        let batch =
+            CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
         pg.check_as_of(&batch, at).await.expect("postgres answers");
     }
     let until = |t: DateTime<Utc>| (t - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Key, MemoryFallback, MemoryStore, Primary, Stale, Store,
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, MemoryFallback, MemoryStore, Primary, Stale, Store,
     StoreError,
 };
 use detector::Detector;
@@ -218,6 +218,20 @@ impl<P: Primary> Store for FallbackStore<P> {
 
     fn actions_heard(&self) -> u64 {
         self.inner.primary.actions_heard()
+    }
+}
+
+/// Leases are in Postgres: while this instance is degraded, releases and
+/// renewals are refused (a lease then ends by itself).
+impl<P: Primary + Leases> Leases for FallbackStore<P> {
+    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.release(id).await
+    }
+
+    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.renew(id).await
     }
 }
 

@@ -104,7 +104,7 @@ impl ActionConn {
 
     /// Runs `work` (the statements of one action) in a transaction on the
     /// actions connection, within the session's hard limit.
-    async fn transaction<T, F>(&self, session: &Session, work: F) -> Result<T, StoreError>
+    pub(super) async fn transaction<T, F>(&self, session: &Session, work: F) -> Result<T, StoreError>
     where
         F: for<'c> FnOnce(&'c mut PgConnection, bool) -> Work<'c, T> + Send + 'static,
         T: Send,

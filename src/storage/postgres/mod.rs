@@ -18,6 +18,7 @@ mod cleanup;
 mod health;
 mod kept;
 mod lane;
+mod leases;
 mod layout;
 mod listener;
 mod literal;
@@ -286,6 +287,16 @@ impl Actions for PgStore {
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.actions.list(&self.session, limit).await
+    }
+}
+
+impl crate::storage::Leases for PgStore {
+    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
+        self.actions.release(&self.session, id).await
+    }
+
+    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.actions.renew(&self.session, id).await
     }
 }
 

@@ -63,7 +63,11 @@ pub(super) enum Road {
 /// The upsert that decides `batches` exactly, if one does; `distinct`:
 /// whether no key appears twice among them.
 pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
-    let plain = |batch: &&CheckBatch| batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none());
+    // A concurrency bucket takes a lease, which only the batch functions write.
+    let plain = |batch: &&CheckBatch| {
+        batch.cost > 0
+            && batch.buckets.iter().all(|b| b.lockout.is_none() && b.algorithm != Algorithm::Concurrency)
+    };
     if !distinct || !batches.iter().all(plain) {
         return None;
     }
