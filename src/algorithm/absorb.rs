@@ -62,9 +62,9 @@ fn log(limit: u64, window: i64, stored: Option<&State>, outage: &State, now: i64
 }
 
 /// Slots held on both sides, still leased, the latest-ending `limit`: a
-/// lease taken from memory holds its slot in the shared state too, and one
-/// released during the outage is no longer in the outage state; a release of a
-/// shared lease made then is written back by itself (`Held::released`).
+/// slot taken from memory holds it in the shared state too, until its lease
+/// ends. (A release of a shared lease asked for during the outage is
+/// written back before this, by `storage/fallback/releases.rs`.)
 fn leases(limit: u64, stored: Option<&State>, outage: &State, now: i64) -> Option<State> {
     let shared = stored.map_or(&[][..], |s| &s.log[..]);
     let mut held: Vec<i64> = shared.iter().chain(&outage.log).copied().filter(|&t| t > now).collect();

@@ -268,7 +268,7 @@ pub struct Block {
 }
 
 /// What the fallback needs of the shared store, beyond checks.
-pub trait Primary: Store {
+pub trait Primary: Store + Leases {
     /// Succeeds if the store answers within `budget`; changes nothing.
     fn ping(&self, budget: Duration) -> impl Future<Output = Result<(), StoreError>> + Send;
 
