@@ -35,10 +35,13 @@ lease = "2s"
 "#;
 
 async fn three_instances(dir: &Path) -> Vec<Running> {
-    let url = common::fresh_database().await;
+    three_instances_on(&common::fresh_database().await, dir)
+}
+
+fn three_instances_on(url: &str, dir: &Path) -> Vec<Running> {
     let policies = common::policy_file(POLICY);
     let envs = [
-        ("DATABASE_URL", url.as_str()),
+        ("DATABASE_URL", url),
         ("PGLIMIT_KEY_SECRET", common::SECRET),
         ("PGLIMIT_POLICIES", policies.to_str().expect("a UTF-8 path")),
         // A long timeout: a stall on a busy machine must not switch a check to memory.
@@ -90,7 +93,10 @@ async fn a_limit_of_two_holds_exactly_under_fifty_concurrent_checks_across_insta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_through_one_instance_frees_a_slot_another_sees_and_a_second_is_false() {
     let dir = temp_dir("leases-release");
-    let instances = three_instances(&dir.0).await;
+    let url = common::fresh_database().await;
+    let instances = three_instances_on(&url, &dir.0);
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.expect("listen");
+    listener.listen("pglimit_actions").await.expect("listen");
     let (a, b, c) = (&instances[0], &instances[1], &instances[2]);
     let (first, second) = (post(a, "/check", export("acct_1")).await, post(b, "/check", export("acct_1")).await);
     assert_eq!((first.0, second.0), (200, 200));
@@ -100,6 +106,11 @@ async fn a_release_through_one_instance_frees_a_slot_another_sees_and_a_second_i
     assert_eq!(denied["buckets"][0]["remaining"], 8, "the hourly bucket took nothing: {denied}");
     let (status, released) = post(a, "/release", json!({ "lease": lease_of(&first.1) })).await;
     assert_eq!((status, &released), (200, &json!({ "released": true })));
+    // Every instance hears which key's slot freed: its hash, nothing raw.
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
+    let payload = heard.expect("a notification").expect("listening").payload().to_owned();
+    let key = payload.strip_prefix("released ").unwrap_or_else(|| panic!("{payload}"));
+    assert!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{payload}");
     let (status, third) = post(c, "/check", export("acct_1")).await;
     assert_eq!(status, 200, "the freed slot, seen by another instance: {third}");
     let (status, again) = post(b, "/release", json!({ "lease": lease_of(&first.1) })).await;
