@@ -59,12 +59,8 @@ fn export(account: &str) -> Value {
 }
 
 async fn post(at: &Running, path: &str, body: Value) -> (u16, Value) {
-    let reply = http_client()
-        .post(format!("http://{}{path}", at.addr))
-        .json(&body)
-        .send()
-        .await
-        .expect("reply");
+    let reply =
+        http_client().post(format!("http://{}{path}", at.addr)).json(&body).send().await.expect("reply");
     (reply.status().as_u16(), reply.json().await.expect("JSON body"))
 }
 
@@ -98,7 +94,8 @@ async fn a_release_through_one_instance_frees_a_slot_another_sees_and_a_second_i
     let mut listener = sqlx::postgres::PgListener::connect(&url).await.expect("listen");
     listener.listen("pglimit_actions").await.expect("listen");
     let (a, b, c) = (&instances[0], &instances[1], &instances[2]);
-    let (first, second) = (post(a, "/check", export("acct_1")).await, post(b, "/check", export("acct_1")).await);
+    let (first, second) =
+        (post(a, "/check", export("acct_1")).await, post(b, "/check", export("acct_1")).await);
     assert_eq!((first.0, second.0), (200, 200));
     assert_eq!(second.1["remaining"], 0, "remaining counts free slots: {}", second.1);
     let (status, denied) = post(b, "/check", export("acct_1")).await;
@@ -158,9 +155,24 @@ async fn bad_leases_are_problems_naming_the_field() {
     let cases = [
         ("/check", json!({ "key": "k", "limit": 2, "window": "1m", "lease": "30s" }), 400, "lease"),
         ("/check", json!({ "key": "k", "limit": 2, "algorithm": "concurrency" }), 400, "lease"),
-        ("/check", json!({ "key": "k", "limit": 2, "algorithm": "concurrency", "lease": "forever" }), 400, "lease"),
-        ("/check", json!({ "key": "k", "limit": 2, "algorithm": "concurrency", "window": "1m" }), 400, "window"),
-        ("/check", json!({ "policy": "export", "identifiers": { "account": "a" }, "lease": "1s" }), 400, "lease"),
+        (
+            "/check",
+            json!({ "key": "k", "limit": 2, "algorithm": "concurrency", "lease": "forever" }),
+            400,
+            "lease",
+        ),
+        (
+            "/check",
+            json!({ "key": "k", "limit": 2, "algorithm": "concurrency", "window": "1m" }),
+            400,
+            "window",
+        ),
+        (
+            "/check",
+            json!({ "policy": "export", "identifiers": { "account": "a" }, "lease": "1s" }),
+            400,
+            "lease",
+        ),
         ("/release", json!({ "lease": "not-a-lease" }), 400, "lease"),
         ("/renew", json!({ "lease": 42 }), 400, "lease"),
         ("/release", json!({ "lease": "lease_00112233445566778899aabbccddeeff" }), 404, "lease"),

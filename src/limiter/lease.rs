@@ -92,7 +92,13 @@ mod tests {
 
     #[test]
     fn ids_of_another_shape_are_refused() {
-        for bad in ["", "lease_", "lease_0123", "LEASE_00112233445566778899aabbccddeeff", "lease_00112233445566778899AABBCCDDEEFF"] {
+        for bad in [
+            "",
+            "lease_",
+            "lease_0123",
+            "LEASE_00112233445566778899aabbccddeeff",
+            "lease_00112233445566778899AABBCCDDEEFF",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
         assert!(parse("lease_00112233445566778899aabbccddeeff").is_ok());

@@ -203,7 +203,9 @@ impl RawBucket {
         }
         let Some(text) = given else {
             let message = match concurrency {
-                true => "a concurrency bucket needs lease = \"30s\" (how long a slot is held unless released)",
+                true => {
+                    "a concurrency bucket needs lease = \"30s\" (how long a slot is held unless released)"
+                }
                 false => "window is required (e.g. window = \"60s\")",
             };
             return Err(Mistake::at(&self.name, field, message));

@@ -107,6 +107,7 @@ async fn cleanup_deletes_ended_leases_and_keeps_live_ones() {
     let deleted = crate::common::pg_store(&url).await.cleanup().await.expect("cleanup");
     assert_eq!(deleted, 20, "ten bucket rows and their ten leases");
     assert_eq!(leases().await, 1);
-    let released = crate::common::call(&app, "POST", "/release", json!({ "lease": live.body["lease"]["id"] })).await;
+    let released =
+        crate::common::call(&app, "POST", "/release", json!({ "lease": live.body["lease"]["id"] })).await;
     assert_eq!(released.body, json!({ "released": true }));
 }

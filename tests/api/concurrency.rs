@@ -207,8 +207,12 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
         .execute(&mut *other)
         .await
         .expect("take the last unit");
-    let policy =
-        CheckBatch { buckets: vec![roomy.clone(), tight], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+    let policy = CheckBatch {
+        buckets: vec![roomy.clone(), tight],
+        cost: 1,
+        fallback: MemoryFallback::Refuse,
+        lease: None,
+    };
     let checking = tokio::spawn(async move { pg.check(&policy).await });
     crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
     other.commit().await.expect("commit");

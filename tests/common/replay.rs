@@ -160,7 +160,8 @@ fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
 async fn decide_through(path: Path<'_>, specs: &[BucketSpec], cost: u64, now: DateTime<Utc>) -> Vec<Got> {
     match path {
         Path::Store(store) => {
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse, lease: None };
+            let batch =
+                CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse, lease: None };
             let answer = store.check_as_of(&batch, now).await.expect("postgres answers");
             let got = |b: &pglimit::storage::BucketAnswer| Got {
                 allowed: b.allowed,

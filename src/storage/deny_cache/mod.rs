@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::{Actions, Answer, Leases, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
+use super::{
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, Stale, Store, StoreError, StoreKind,
+};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, MemoryFallback, MemoryStore, Primary, Stale, Store,
-    StoreError,
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, MemoryFallback, MemoryStore, Primary,
+    Stale, Store, StoreError,
 };
 use detector::Detector;
 use recovery::Throttle;

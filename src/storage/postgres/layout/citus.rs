@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::{AbsorbSql, Absorbing, Blocking};
+use crate::algorithm::Algorithm;
 use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
-use crate::algorithm::Algorithm;
 use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
 
 /// The batch function for buckets on one worker: $10 is the route Citus
