@@ -249,6 +249,12 @@ impl PgStore {
 
 impl Store for PgStore {
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        let concurrency =
+            batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency);
+        if concurrency && !self.session.layout().takes_leases() {
+            // Refused alone, before the lane: it would fail the call of every check batched with it.
+            return Err(StoreError::Failed("concurrency buckets are not supported in Citus mode".into()));
+        }
         let answer = self.submit(batch, None).await?;
         self.cleanup.maybe_start(&self.session);
         Ok(answer)

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::{AbsorbSql, Absorbing, Blocking};
-use crate::algorithm::Algorithm;
 use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
@@ -77,11 +76,6 @@ pub(super) async fn decide(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let concurrency = |b: &&CheckBatch| b.buckets.iter().any(|b| b.algorithm == Algorithm::Concurrency);
-    if batches.iter().any(concurrency) {
-        // Leases live in one table on a single node (sql/leases.sql).
-        return Err(sqlx::Error::Protocol("concurrency buckets are not supported in Citus mode".into()));
-    }
     let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
     for members in by_worker(routes, batches, 0..batches.len()) {
         let decided = match decide_on_worker(conn, routes, batches, &members, now).await {
