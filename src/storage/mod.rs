@@ -233,8 +233,7 @@ pub trait Actions: Send + Sync {
 }
 
 /// Leases of concurrency buckets, by the SHA-256 of their id (see
-/// `postgres/sql/leases.sql`). Like actions, they are refused while
-/// Postgres is away.
+/// `postgres/sql/leases.sql` and `fallback/releases.rs` for outages).
 pub trait Leases: Send + Sync {
     /// Frees the lease's slots: `Some(true)` if it held any, `Some(false)`
     /// if it was released already or has ended, `None` if there is no such
