@@ -34,6 +34,9 @@ pub enum Error {
     NotFound(String),
     #[error("no override has id {0:?}: it was removed, or never set")]
     UnknownOverride(String),
+    /// `/release` or `/renew` of a lease that does not exist (or has ended).
+    #[error("{0}")]
+    NoLease(&'static str),
     #[error("method not allowed here")]
     MethodNotAllowed,
     #[error("the request took longer than the configured PGLIMIT_REQUEST_TIMEOUT_MS; retry shortly")]
@@ -74,7 +77,7 @@ impl Error {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::NotFound(_) | Self::UnknownOverride(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::UnknownOverride(_) | Self::NoLease(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -96,6 +99,7 @@ impl Error {
             Self::Unauthorized(_) => "unauthorized",
             Self::StoreUnavailable => "store-unavailable",
             Self::NotFound(_) | Self::UnknownOverride(_) => "not-found",
+            Self::NoLease(_) => "unknown-lease",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
@@ -131,6 +135,7 @@ impl From<Invalid> for Error {
             Invalid::UnknownBucket { field, .. } => (*field).into(),
             Invalid::BlockFor(_) => "for".into(),
             Invalid::ReasonLength => "reason".into(),
+            Invalid::Lease(_) => "lease".into(),
         };
         Self::field(field, invalid.to_string())
     }
@@ -149,6 +154,7 @@ impl IntoResponse for Error {
         match &self {
             Self::InvalidField { field, .. } => body["field"] = json!(field),
             Self::UnknownPolicy(_) => body["field"] = json!("policy"),
+            Self::NoLease(_) => body["field"] = json!("lease"),
             Self::InvalidHeader { header, .. } => body["header"] = json!(header),
             Self::NotJson => body["header"] = json!("content-type"),
             Self::MisdirectedHost => body["header"] = json!("host"),

@@ -23,7 +23,9 @@ use serde_json::json;
 async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_returns() {
     let _serial = SERIAL.lock().await;
     let app = instance(&database().await, &[]).await;
-    let body = |algorithm: Algorithm| json!({ "key": algorithm.name(), "limit": 5, "window": "366d", "algorithm": algorithm.name() });
+    // A concurrency bucket's slots are held for its lease time, as long.
+    let period = |algorithm: Algorithm| if algorithm == Algorithm::Concurrency { "lease" } else { "window" };
+    let body = |algorithm: Algorithm| json!({ "key": algorithm.name(), "limit": 5, period(algorithm): "366d", "algorithm": algorithm.name() });
     stop(StopMode::Fast).await;
     for algorithm in Algorithm::ALL {
         for _ in 0..3 {
@@ -41,6 +43,27 @@ async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_return
         }
         assert_eq!(admitted, 2, "{algorithm:?}: 5 - 3 admitted from memory");
     }
+}
+
+/// A lease released while Postgres is away is written back when it
+/// returns: the slot it held in Postgres is free again, not held for the
+/// rest of its (366-day) lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_released_during_an_outage_is_released_in_postgres_when_it_returns() {
+    let _serial = SERIAL.lock().await;
+    let app = instance(&database().await, &[]).await;
+    let body = json!({ "key": "leased", "limit": 1, "algorithm": "concurrency", "lease": "366d" });
+    let taken = check(&app, body.clone()).await;
+    assert_eq!(taken.status, StatusCode::OK, "{}", taken.body);
+    let lease = taken.body["lease"]["id"].clone();
+    stop(StopMode::Fast).await;
+    check(&app, json!({ "key": "during", "limit": 5, "window": "366d" })).await.assert_memory_admits();
+    let released = common::call(&app, "POST", "/release", json!({ "lease": lease })).await;
+    assert_eq!((released.status, &released.body), (StatusCode::OK, &json!({ "released": true })));
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    let again = check(&app, body).await;
+    assert_eq!((again.status, &again.body["store"]), (StatusCode::OK, &json!("postgres")), "{}", again.body);
 }
 
 /// The connection actions keep is from before the outage once Postgres

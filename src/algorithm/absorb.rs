@@ -20,6 +20,7 @@ pub fn absorb(p: Params, stored: Option<&State>, outage: &State, now_us: i64) ->
         Algorithm::SlidingWindow => sliding(p.limit, window, stored, outage, now_us),
         Algorithm::SlidingLog => log(p.limit, window, stored, outage, now_us),
         Algorithm::TokenBucket => token(p.limit, window, stored, outage, now_us),
+        Algorithm::Concurrency => leases(p.limit, stored, outage, now_us),
     };
     next.filter(|s| s.expires_us > now_us)
 }
@@ -58,6 +59,20 @@ fn log(limit: u64, window: i64, stored: Option<&State>, outage: &State, now: i64
     entries.drain(..keep);
     let last = *entries.last()?;
     Some(State { expires_us: last + window, log: entries, ..State::default() })
+}
+
+/// Slots held on both sides, still leased, the latest-ending `limit`: a
+/// slot taken from memory holds it in the shared state too, until its lease
+/// ends. (A release of a shared lease asked for during the outage is
+/// written back before this, by `storage/fallback/releases.rs`.)
+fn leases(limit: u64, stored: Option<&State>, outage: &State, now: i64) -> Option<State> {
+    let shared = stored.map_or(&[][..], |s| &s.log[..]);
+    let mut held: Vec<i64> = shared.iter().chain(&outage.log).copied().filter(|&t| t > now).collect();
+    held.sort_unstable();
+    let keep = held.len().saturating_sub(limit as usize);
+    held.drain(..keep);
+    let last = *held.last()?;
+    Some(State { expires_us: last, log: held, ..State::default() })
 }
 
 /// Tokens still missing on each side are added: the theoretical arrival

@@ -17,6 +17,7 @@
 //! | sliding window | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `pglimit_sliding_start`, `_current`, `_previous`, `_weight`, `_earliest`, `_retry` | `absorb.rs` |
 //! | sliding log    | `log`                | `pglimit_log_keeps`                         | `absorb.rs`       |
 //! | token bucket   | `token`              | `pglimit_token_step`, `_tat`, `_fits`       | `absorb.rs`       |
+//! | concurrency    | `concurrency`        | `pglimit_lease_holds`; `sql/leases.sql`     | `absorb.rs`       |
 //!
 //! The SQL functions are called by `pglimit_decide` (a whole decision), the
 //! set-based `pglimit_check_distinct`, the three plain upserts
@@ -62,6 +63,11 @@ pub enum Algorithm {
     /// GCRA: capacity `limit`, refilling `limit` per `window`, stored as one
     /// theoretical arrival time.
     TokenBucket,
+    /// In flight: at most `limit` slots held at once. Each admitted unit
+    /// holds a slot until its lease ends (`window` is the lease time),
+    /// unless released or renewed (`sql/leases.sql`). Stored as one expiry
+    /// time per held slot.
+    Concurrency,
 }
 
 /// A limit an algorithm cannot take; the message is a sentence for the caller.
@@ -77,8 +83,8 @@ pub enum LimitError {
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 4] =
-        [Self::FixedWindow, Self::SlidingWindow, Self::SlidingLog, Self::TokenBucket];
+    pub const ALL: [Algorithm; 5] =
+        [Self::FixedWindow, Self::SlidingWindow, Self::SlidingLog, Self::TokenBucket, Self::Concurrency];
 
     /// The code passed to SQL (`pglimit_decide`'s `algo`, which raises on
     /// any other); a test checks that each code selects this algorithm there.
@@ -88,6 +94,7 @@ impl Algorithm {
             Self::SlidingWindow => 1,
             Self::SlidingLog => 2,
             Self::TokenBucket => 3,
+            Self::Concurrency => 4,
         }
     }
 
@@ -97,13 +104,15 @@ impl Algorithm {
             Self::SlidingWindow => "sliding_window",
             Self::SlidingLog => "sliding_log",
             Self::TokenBucket => "token_bucket",
+            Self::Concurrency => "concurrency",
         }
     }
 
     /// Largest limit this algorithm accepts.
     pub fn max_limit(self) -> u64 {
         match self {
-            Self::SlidingLog => MAX_LOG_LIMIT,
+            // Both store one time per unit: an entry per admission, or per slot.
+            Self::SlidingLog | Self::Concurrency => MAX_LOG_LIMIT,
             _ => MAX_LIMIT,
         }
     }
@@ -164,6 +173,7 @@ pub fn decide(p: Params, stored: Option<&State>, cost: u64, now_us: i64, admit: 
         Algorithm::SlidingWindow => windows::sliding(p, stored, cost, now_us, admit),
         Algorithm::SlidingLog => windows::log(p, stored, cost, now_us, admit),
         Algorithm::TokenBucket => windows::token(p, stored, cost, now_us, admit),
+        Algorithm::Concurrency => windows::concurrency(p, stored, cost, now_us, admit),
     }
 }
 

@@ -145,3 +145,27 @@ fn every_algorithm_takes_limits_from_one_to_its_maximum() {
     }
     assert_eq!(Algorithm::SlidingLog.check_limit(1_001), Err(LimitError::LogTooLong { max: 1_000 }));
 }
+
+#[test]
+fn a_concurrency_slot_is_held_until_its_lease_ends() {
+    let p = Params { algorithm: Algorithm::Concurrency, limit: 2, window_us: 30 * S, calendar: None };
+    let first = decide(p, None, 1, 0, true);
+    let second = decide(p, Some(&first.next), 1, 10 * S, true);
+    assert_eq!(second.remaining, 0, "remaining counts free slots");
+    let denied = decide(p, Some(&second.next), 1, 20 * S, false);
+    assert!(!denied.allowed);
+    assert_eq!(denied.retry_us, Some(30 * S), "the earliest lease to end");
+    assert_eq!(denied.full_us, 40 * S, "every slot free when the last lease ends");
+    assert!(!decide(p, Some(&second.next), 1, 30 * S - 1, false).allowed, "held until 30 s");
+    assert!(decide(p, Some(&second.next), 1, 30 * S, false).allowed, "free once the first lease ended");
+    assert!(!decide(p, Some(&second.next), 2, 30 * S, false).allowed, "one slot, not two");
+}
+
+#[test]
+fn a_concurrency_check_of_cost_two_holds_two_slots_and_a_peek_none() {
+    let p = Params { algorithm: Algorithm::Concurrency, limit: 3, window_us: 5 * S, calendar: None };
+    let taken = decide(p, None, 2, 0, true);
+    assert_eq!((taken.remaining, taken.next.log.clone()), (1, vec![5 * S, 5 * S]));
+    let peek = decide(p, Some(&taken.next), 0, S, true);
+    assert_eq!((peek.remaining, peek.next.log.len()), (1, 2));
+}

@@ -1,4 +1,4 @@
-//! The four algorithms, one function each, with `window` at least 1 µs;
+//! The five algorithms, one function each, with `window` at least 1 µs;
 //! see the module above for what they answer.
 
 use super::{Params, State, Verdict};
@@ -118,5 +118,34 @@ pub(super) fn token(p: Params, stored: Option<&State>, cost: u64, now: i64, admi
         full_us: tat,
         retry_us: (!allowed).then_some(new_tat - capacity),
         next: State { tat_us: tat, expires_us: tat, ..State::default() },
+    }
+}
+
+/// Slots in flight: `log` holds one lease expiry per held slot, and a slot
+/// is free again once its expiry has passed (or its lease is released,
+/// which removes its entries). An admitted check holds `cost` slots until
+/// `now + window`, the lease time.
+pub(super) fn concurrency(p: Params, stored: Option<&State>, cost: u64, now: i64, admit: bool) -> Verdict {
+    let limit = p.limit;
+    let mut held: Vec<i64> =
+        stored.map(|s| s.log.iter().copied().filter(|&t| t > now).collect()).unwrap_or_default();
+    held.sort_unstable();
+    let allowed = held.len() as u64 + cost <= limit;
+    let retry_us = (!allowed).then(|| {
+        // The k-th lease to end frees the k-th slot.
+        let k = (held.len() as u64 + cost - limit) as usize;
+        held.get(k.saturating_sub(1)).copied().unwrap_or(now)
+    });
+    if admit {
+        held.extend(std::iter::repeat_n(now + p.window_us, cost as usize));
+        held.sort_unstable();
+    }
+    let full_us = held.last().copied().unwrap_or(now);
+    Verdict {
+        allowed,
+        remaining: limit.saturating_sub(held.len() as u64),
+        full_us,
+        retry_us,
+        next: State { expires_us: full_us, log: held, ..State::default() },
     }
 }

@@ -34,6 +34,9 @@ pub struct Decision {
     /// The policy's override entry that matched, if any.
     #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
     pub matched: Option<Matched>,
+    /// The lease an admitted check of a concurrency bucket holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<super::lease::Granted>,
     pub buckets: Vec<BucketDecision>,
     /// The deciding store's clock; header durations count from here.
     #[serde(skip)]
@@ -112,6 +115,7 @@ impl Decision {
             would_allow,
             blocked_by,
             matched,
+            lease: None,
             buckets,
             now,
             cached,
@@ -169,7 +173,7 @@ pub fn seconds_until(now: DateTime<Utc>, then: DateTime<Utc>) -> u64 {
     ms.div_ceil(1000)
 }
 
-fn rfc3339_ms<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn rfc3339_ms<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
     match rfc3339_ms_fast(at) {
         Some(text) => s.serialize_str(std::str::from_utf8(&text).unwrap_or_default()),
         None => s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true)),

@@ -9,6 +9,7 @@ mod actions;
 mod api_overrides;
 mod decision;
 mod key;
+mod lease;
 mod outcomes;
 mod override_requests;
 mod plan;
@@ -24,11 +25,13 @@ use chrono::Utc;
 pub use actions::BlockRequest;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
+pub use lease::Granted;
 use outcomes::Shape;
 pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
 pub use plan::{Applied, Matched, MatchedBy, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
 
+use crate::algorithm::Algorithm;
 use crate::policy::{OnStoreError, Policies};
 use crate::storage::{Answer, BucketAnswer, CheckBatch, Store, StoreError, StoreKind};
 use crate::telemetry::PolicyCounters;
@@ -119,12 +122,16 @@ impl<S: Store> Limiter<S> {
 
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
-        let plan = self.plan(request)?;
+        let mut plan = self.plan(request)?;
+        let lease = takes_lease(&plan.batch).then(lease::mint);
+        plan.batch.lease = lease.as_ref().map(|(_, stored)| *stored);
         let started = Instant::now();
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
         let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
+        let granted = lease.and_then(|(id, _)| granted(&plan.batch, &answer, id));
         let mut decision = Decision::new(&plan.batch.buckets, answer);
+        decision.lease = granted;
         if let Some(matched) = &plan.matched {
             decision = decision.overridden(matched.clone());
         }
@@ -185,6 +192,25 @@ impl<S: Store> Limiter<S> {
             _ => uncounted(batch, true, self.store.is_degraded()),
         }
     }
+}
+
+/// Whether an admitted `batch` would hold slots: it has a concurrency bucket
+/// and a cost (a peek takes nothing).
+fn takes_lease(batch: &CheckBatch) -> bool {
+    batch.cost > 0 && batch.buckets.iter().any(|b| b.algorithm == Algorithm::Concurrency)
+}
+
+/// The lease `id`, if Postgres admitted the check and so wrote it; ending
+/// with the shortest lease time among its buckets. A check admitted from
+/// memory during an outage gets none: its slots end by themselves.
+fn granted(batch: &CheckBatch, answer: &Answer, id: String) -> Option<Granted> {
+    if !answer.allowed() || answer.store != StoreKind::Postgres {
+        return None;
+    }
+    let concurrency = batch.buckets.iter().filter(|b| b.algorithm == Algorithm::Concurrency);
+    let shortest = concurrency.map(|b| b.window).min()?;
+    let expires_at = answer.now + chrono::TimeDelta::from_std(shortest).ok()?;
+    Some(Granted { id, expires_at })
 }
 
 /// An answer no store decided: nothing counted. Admitted (`allowed`:

@@ -78,7 +78,7 @@ pub(super) fn plan(
                 policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, &values, limits(b)));
             let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
             Ok(Plan {
-                batch: CheckBatch { buckets: buckets.collect(), cost: *cost, fallback },
+                batch: CheckBatch { buckets: buckets.collect(), cost: *cost, fallback, lease: None },
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
                 counters: counters(&policy.name),
@@ -100,7 +100,7 @@ pub(super) fn plan(
             // Ad hoc keys fall back as a policy does by default.
             let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
             let fallback = memory_fallback(on_store_error, share);
-            let batch = CheckBatch { buckets: vec![spec], cost: *cost, fallback };
+            let batch = CheckBatch { buckets: vec![spec], cost: *cost, fallback, lease: None };
             let counters = counters(crate::telemetry::ADHOC);
             Ok(Plan { batch, on_store_error, shadow: shadow_all, counters, matched: None })
         }

@@ -81,6 +81,8 @@ pub enum Invalid {
     BlockFor(String),
     #[error("reason must be at most {} bytes", super::actions::MAX_REASON_LEN)]
     ReasonLength,
+    #[error("{0}")]
+    Lease(String),
 }
 
 /// An ad hoc request, validated.

@@ -62,7 +62,11 @@ struct RawBucket {
     name: Spanned<String>,
     on: Spanned<Vec<Spanned<String>>>,
     limit: Spanned<u64>,
-    window: Spanned<String>,
+    /// Every algorithm's but concurrency's, which has `lease` instead.
+    #[serde(default)]
+    window: Option<Spanned<String>>,
+    #[serde(default)]
+    lease: Option<Spanned<String>>,
     #[serde(default)]
     timezone: Option<Spanned<String>>,
     #[serde(default)]
@@ -183,6 +187,35 @@ fn validate_buckets(
 }
 
 impl RawBucket {
+    /// The bucket's window, or a concurrency bucket's lease time, which the
+    /// bucket keeps as its window, with the field it was given in. A
+    /// concurrency bucket must say its lease (how long a crashed caller may
+    /// hold a slot is for its owner to say).
+    fn window_or_lease(&self) -> Result<(&Spanned<String>, &'static str), Mistake> {
+        let concurrency = self.algorithm == Algorithm::Concurrency;
+        let (field, given, other) = match concurrency {
+            true => ("lease", &self.lease, self.window.as_ref().map(|w| (w, "window"))),
+            false => ("window", &self.window, self.lease.as_ref().map(|l| (l, "lease"))),
+        };
+        if let Some((value, name)) = other {
+            let message = match concurrency {
+                true => "a concurrency bucket has a lease (e.g. lease = \"30s\"), not a window",
+                false => "lease goes with algorithm = \"concurrency\" only",
+            };
+            return Err(Mistake::at(value, name, message));
+        }
+        let Some(text) = given else {
+            let message = match concurrency {
+                true => {
+                    "a concurrency bucket needs lease = \"30s\" (how long a slot is held unless released)"
+                }
+                false => "window is required (e.g. window = \"60s\")",
+            };
+            return Err(Mistake::at(&self.name, field, message));
+        };
+        Ok((text, field))
+    }
+
     fn validate(self, identifiers: &BTreeMap<String, IdentifierKind>) -> Result<BucketDef, Mistake> {
         if !is_valid_name(self.name.get_ref()) {
             return Err(Mistake::at(
@@ -200,13 +233,15 @@ impl RawBucket {
         }
         let (limit, algorithm) = (*self.limit.get_ref(), self.algorithm);
         algorithm.check_limit(limit).map_err(|e| Mistake::at(&self.limit, "limit", e.to_string()))?;
+        let (text, field) = self.window_or_lease()?;
         let timezone = self.timezone.as_ref();
         let (window, calendar) =
-            parse_window_in(self.window.get_ref(), timezone.map(|t| t.get_ref().as_str()), algorithm)
-                .map_err(|e| match timezone.filter(|_| e.field == "timezone") {
+            parse_window_in(text.get_ref(), timezone.map(|t| t.get_ref().as_str()), algorithm).map_err(
+                |e| match timezone.filter(|_| e.field == "timezone") {
                     Some(zone) => Mistake::at(zone, e.field, e.message),
-                    None => Mistake::at(&self.window, e.field, e.message),
-                })?;
+                    None => Mistake::at(text, field, e.message),
+                },
+            )?;
         let block_for = (self.block_for.as_ref())
             .map(|text| parse_block_for(text.get_ref()).map_err(|e| Mistake::at(text, "block_for", e)))
             .transpose()?;

@@ -273,3 +273,39 @@ fn an_override_written_as_an_inline_table_names_its_line() {
     ]);
     assert!(err.starts_with("policies.p: overrides[1] (line 5, column 3): give it one action"), "{err}");
 }
+
+#[test]
+fn a_concurrency_bucket_takes_a_lease_in_place_of_a_window() {
+    let ok = |fields: &[&str]| {
+        let lines: Vec<&str> =
+            HEAD.iter().chain(&["[[policies.p.buckets]]"]).chain(fields).copied().collect();
+        Policies::parse(&lines.join("\n")).is_ok()
+    };
+    assert!(ok(&[
+        r#"name = "b""#,
+        r#"on = ["ip"]"#,
+        "limit = 2",
+        r#"algorithm = "concurrency""#,
+        r#"lease = "30s""#
+    ]));
+    let missing =
+        second_bucket(&[r#"name = "b""#, r#"on = ["ip"]"#, "limit = 2", r#"algorithm = "concurrency""#]);
+    assert!(missing.starts_with("policies.p: buckets[1]: lease (line 10"), "{missing}");
+    let window = second_bucket(&[
+        r#"name = "b""#,
+        r#"on = ["ip"]"#,
+        "limit = 2",
+        r#"algorithm = "concurrency""#,
+        r#"window = "1m""#,
+    ]);
+    assert!(window.starts_with("policies.p: buckets[1]: window (line 14"), "{window}");
+    let lease = second_bucket(&[
+        r#"name = "b""#,
+        r#"on = ["ip"]"#,
+        "limit = 2",
+        r#"window = "1m""#,
+        r#"lease = "1s""#,
+    ]);
+    assert!(lease.starts_with("policies.p: buckets[1]: lease (line 14"), "{lease}");
+    assert!(lease.contains("concurrency"), "{lease}");
+}

@@ -141,6 +141,8 @@ struct CheckBody {
     /// A calendar window's time zone (IANA), with `key` only.
     timezone: Option<String>,
     algorithm: Option<Algorithm>,
+    /// With `"algorithm": "concurrency"`, in place of `window`.
+    lease: Option<String>,
     cost: Option<u64>,
     /// `/reset` only: which of the check's buckets to reset.
     buckets: Option<Vec<String>>,
@@ -184,6 +186,7 @@ fn policy_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
     }
     reject_present("algorithm", raw.algorithm.is_some(), "policy")?;
     reject_present("timezone", raw.timezone.is_some(), "policy")?;
+    reject_present("lease", raw.lease.is_some(), "policy")?;
     let identifiers = raw
         .identifiers
         .ok_or_else(|| Error::field("identifiers", "identifiers is required with \"policy\""))?;
@@ -193,11 +196,31 @@ fn policy_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
 fn key_form(raw: CheckBody, cost: u64) -> Result<CheckRequest, Error> {
     reject_present("identifiers", raw.identifiers.is_some(), "key")?;
     let limit = raw.limit.ok_or_else(|| Error::field("limit", "limit is required with \"key\""))?;
-    let window =
-        raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?;
-    let (key, algorithm) = (raw.key.unwrap_or_default(), raw.algorithm.unwrap_or_default());
-    let timezone = raw.timezone;
+    let algorithm = raw.algorithm.unwrap_or_default();
+    let window = if algorithm == Algorithm::Concurrency {
+        concurrency_lease(raw.window.is_some(), raw.lease)?
+    } else {
+        if raw.lease.is_some() {
+            return Err(Error::field("lease", "lease goes with \"algorithm\": \"concurrency\" only"));
+        }
+        raw.window.ok_or_else(|| Error::field("window", "window is required with \"key\" (e.g. \"60s\")"))?
+    };
+    let (key, timezone) = (raw.key.unwrap_or_default(), raw.timezone);
     Ok(CheckRequest::AdHoc { key, limit, window, timezone, algorithm, cost })
+}
+
+/// A concurrency bucket's lease time, which it has in place of a window:
+/// required, since how long a crashed caller may hold a slot is the
+/// caller's to say. It travels as the bucket's window from here on.
+fn concurrency_lease(window: bool, lease: Option<String>) -> Result<String, Error> {
+    if window {
+        return Err(Error::field("window", "a concurrency bucket has a lease (e.g. \"30s\"), not a window"));
+    }
+    let lease = lease.ok_or_else(|| {
+        Error::field("lease", "lease is required with \"algorithm\": \"concurrency\" (e.g. \"30s\")")
+    })?;
+    crate::policy::parse_window(&lease).map_err(|e| Error::field("lease", format!("lease: {e}")))?;
+    Ok(lease)
 }
 
 fn reject_present(field: &str, present: bool, form: &str) -> Result<(), Error> {

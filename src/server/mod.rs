@@ -10,6 +10,7 @@ mod grpc;
 mod guard;
 mod headers;
 mod layers;
+mod leases;
 mod metrics;
 
 use std::future::Future;
@@ -83,6 +84,8 @@ pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .route("/check", post(check::check))
         .route("/reset", post(check::reset))
+        .route("/release", post(leases::release))
+        .route("/renew", post(leases::renew))
         .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
         .route("/admin/overrides", get(admin_overrides::list).post(admin_overrides::add))

@@ -79,6 +79,9 @@ pub struct CheckBatch {
     pub cost: u64,
     /// What the memory store may do when Postgres cannot answer.
     pub fallback: MemoryFallback,
+    /// The lease an admitted check takes in its concurrency buckets: the
+    /// SHA-256 of the id the caller is given ([`crate::limiter`] makes it).
+    pub lease: Option<Key>,
 }
 
 /// Whether, and how, a check may be answered from memory while Postgres is
@@ -238,6 +241,19 @@ pub trait Actions: Send + Sync {
     fn blocks(&self, limit: u32) -> impl Future<Output = Result<Vec<Block>, StoreError>> + Send;
 }
 
+/// Leases of concurrency buckets, by the SHA-256 of their id (see
+/// `postgres/sql/leases.sql` and `fallback/releases.rs` for outages).
+pub trait Leases: Send + Sync {
+    /// Frees the lease's slots: `Some(true)` if it held any, `Some(false)`
+    /// if it was released already or has ended, `None` if there is no such
+    /// lease.
+    fn release(&self, id: &Key) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
+
+    /// Extends the lease by its lease time from now; answers when it ends,
+    /// or `None` if it has ended, was released, or does not exist.
+    fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
+}
+
 /// A key to block, with the names an operator will see it by.
 #[derive(Debug, Clone)]
 pub struct BlockTarget {
@@ -260,7 +276,7 @@ pub struct Block {
 }
 
 /// What the fallback needs of the shared store, beyond checks.
-pub trait Primary: Store {
+pub trait Primary: Store + Leases {
     /// Succeeds if the store answers within `budget`; changes nothing.
     fn ping(&self, budget: Duration) -> impl Future<Output = Result<(), StoreError>> + Send;
 

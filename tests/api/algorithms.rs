@@ -76,7 +76,12 @@ async fn algorithms_mixed_in_one_batch_decide_exactly_as_the_model() {
     for (wave, after_ms) in [0, 7, 13].into_iter().enumerate() {
         let now = start + TimeDelta::milliseconds(after_ms);
         let batches: Vec<CheckBatch> = (specs.iter())
-            .map(|s| CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse })
+            .map(|s| CheckBatch {
+                buckets: vec![s.clone()],
+                cost: 1,
+                fallback: MemoryFallback::Refuse,
+                lease: None,
+            })
             .collect();
         let answers = futures_util::future::join_all(batches.iter().map(|b| pg.check_as_of(b, now))).await;
         for (i, answer) in answers.into_iter().enumerate() {
@@ -196,7 +201,8 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
         now - TimeDelta::milliseconds(now.timestamp_millis().rem_euclid(window_ms as i64)) + window;
     let at = boundary + TimeDelta::milliseconds(10);
     for s in [&sliding, &fixed] {
-        let batch = CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse };
+        let batch =
+            CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
         pg.check_as_of(&batch, at).await.expect("postgres answers");
     }
     let until = |t: DateTime<Utc>| (t - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100);
@@ -209,7 +215,7 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
 }
 
 /// `Algorithm::code` and `pglimit_decide` agree on which code is which
-/// algorithm: on a state where the four answer differently, each code gives
+/// algorithm: on a state where they all answer differently, each code gives
 /// its own algorithm's answer in SQL; any other code is an error, not a
 /// silent default.
 #[tokio::test]
@@ -250,8 +256,8 @@ async fn each_algorithm_code_selects_the_same_algorithm_in_sql() {
         assert_eq!(got, want, "{algorithm:?} (code {})", algorithm.code());
         answers.insert(want);
     }
-    assert_eq!(answers.len(), 4, "the state tells the four algorithms apart");
-    for unknown in [-1, 4] {
+    assert_eq!(answers.len(), Algorithm::ALL.len(), "the state tells the algorithms apart");
+    for unknown in [-1, 5] {
         let err = decide_in_sql(unknown).await.expect_err("an unknown code is refused");
         assert!(err.to_string().contains("unknown algorithm code"), "{err}");
     }

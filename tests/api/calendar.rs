@@ -83,7 +83,8 @@ fn bucket(window: &str, zone: &str) -> BucketSpec {
 }
 
 async fn decide(store: &PgStore, spec: &BucketSpec, cost: u64, now: DateTime<Utc>) -> (bool, DateTime<Utc>) {
-    let batch = CheckBatch { buckets: vec![spec.clone()], cost, fallback: MemoryFallback::Refuse };
+    let batch =
+        CheckBatch { buckets: vec![spec.clone()], cost, fallback: MemoryFallback::Refuse, lease: None };
     let answer = store.check_as_of(&batch, now).await.expect("postgres answers");
     (answer.buckets[0].allowed, answer.buckets[0].retry_at.unwrap_or(answer.buckets[0].reset_at))
 }

@@ -84,3 +84,30 @@ async fn pglimit_unlogged_sets_an_empty_table_and_refuses_to_rewrite_a_full_one(
     assert!(refused.to_string().contains("ALTER TABLE pglimit_buckets SET LOGGED"), "{refused}");
     assert_eq!(persistence(url.clone()).await, "u", "left as it was");
 }
+
+#[tokio::test]
+async fn cleanup_deletes_ended_leases_and_keeps_live_ones() {
+    let url = fresh_database().await;
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let lease = |key: String, lease: &str| json!({ "key": key, "limit": 1, "algorithm": "concurrency", "lease": lease });
+    for _ in 0..10 {
+        assert_eq!(check(&app, lease(unique("gone"), "100ms")).await.status, StatusCode::OK);
+    }
+    let live = check(&app, lease(unique("live"), "1h")).await;
+    let leases = || async {
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        let (n,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM pglimit_leases").fetch_one(&pool).await.expect("count");
+        pool.close().await;
+        n
+    };
+    assert_eq!(leases().await, 11);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    let deleted = crate::common::pg_store(&url).await.cleanup().await.expect("cleanup");
+    assert_eq!(deleted, 20, "ten bucket rows and their ten leases");
+    assert_eq!(leases().await, 1);
+    let released =
+        crate::common::call(&app, "POST", "/release", json!({ "lease": live.body["lease"]["id"] })).await;
+    assert_eq!(released.body, json!({ "released": true }));
+}

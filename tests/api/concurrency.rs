@@ -208,8 +208,12 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
         .execute(&mut *other)
         .await
         .expect("take the last unit");
-    let policy =
-        CheckBatch { buckets: vec![roomy.clone(), tight], cost: 1, fallback: MemoryFallback::Refuse };
+    let policy = CheckBatch {
+        buckets: vec![roomy.clone(), tight],
+        cost: 1,
+        fallback: MemoryFallback::Refuse,
+        lease: None,
+    };
     let checking = tokio::spawn(async move { pg.check(&policy).await });
     crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
     other.commit().await.expect("commit");
@@ -266,7 +270,7 @@ async fn row_fills_under_the_upsert(algorithm: pglimit::algorithm::Algorithm, ta
     };
     let key = bucket.key;
     let now: chrono::DateTime<chrono::Utc> = "2031-06-01T00:10:00Z".parse().unwrap();
-    let check = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
+    let check = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
     assert!(pg.check_as_of(&check, now).await.expect("postgres answers").allowed());
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let mut other = pool.begin().await.expect("begin");

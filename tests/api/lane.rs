@@ -20,7 +20,7 @@ fn bucket(key: Key, limit: u64, algorithm: Algorithm) -> BucketSpec {
 }
 
 fn batch(buckets: Vec<BucketSpec>) -> CheckBatch {
-    CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse }
+    CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse, lease: None }
 }
 
 /// Queues `checks` in order (a check is queued when its future is first

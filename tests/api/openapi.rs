@@ -65,6 +65,8 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
         ("POST", "/admin/overrides"),
         ("POST", "/auth/{policy}"),
         ("POST", "/check"),
+        ("POST", "/release"),
+        ("POST", "/renew"),
         ("POST", "/reset"),
     ];
     let routes: Vec<(String, String)> = routes.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
@@ -91,7 +93,7 @@ fn every_algorithm_and_request_field_is_in_the_description() {
     for algorithm in pglimit::algorithm::Algorithm::ALL {
         assert!(text.contains(&format!("\"{}\"", algorithm.name())), "{}", algorithm.name());
     }
-    for field in ["policy", "identifiers", "key", "limit", "window", "algorithm", "cost"] {
+    for field in ["policy", "identifiers", "key", "limit", "window", "algorithm", "lease", "cost"] {
         assert!(text.contains(&format!("\"{field}\"")), "{field}");
     }
 }

@@ -5,7 +5,7 @@
 use pglimit::storage::{Pooler, Reach};
 
 use crate::common::calendar_replay::{replay_calendar, CalendarShape};
-use crate::common::replay::{record_statements, replay, seen, Path, SHAPES};
+use crate::common::replay::{record_statements, replay, seen, Path, Shape, SHAPES};
 use crate::common::{forbid_retries_with_locks, fresh_database, functions_pool, pg_store_through};
 
 /// Through the store, directly and as behind a transaction pooler (where the
@@ -76,5 +76,25 @@ async fn calendar_windows_decide_exactly_as_the_model_on_every_path() {
             replay_calendar(Path::Function(&pool, function), &pool, shape, 61 + 10 * f as u64 + n as u64)
                 .await;
         }
+    }
+}
+
+/// Concurrency buckets (with another bucket, of every algorithm, a
+/// concurrency one included) through the store, directly and behind a
+/// transaction pooler, and through both batch functions by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_buckets_decide_exactly_as_the_model_on_every_path() {
+    for (n, pooler) in [Pooler::None, Pooler::Transaction].into_iter().enumerate() {
+        let url = fresh_database().await;
+        let store = pg_store_through(&url, Reach { pooler, schema: None }).await;
+        let log = record_statements(&url).await;
+        replay(Path::Store(&store), &log, Shape::Leased, 71 + n as u64).await;
+        assert_eq!(seen(&log).await, vec!["pglimit_check_distinct"], "{pooler:?}");
+    }
+    let url = fresh_database().await;
+    let _migrated = crate::common::pg_store(&url).await;
+    let pool = functions_pool(&url).await;
+    for (f, function) in ["pglimit_check_batch", "pglimit_check_distinct"].into_iter().enumerate() {
+        replay(Path::Function(&pool, function), &pool, Shape::Leased, 81 + f as u64).await;
     }
 }

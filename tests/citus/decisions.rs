@@ -133,14 +133,19 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
         let roomy = spec(one, i as u8, algorithm, 10, 60_000);
         let full = spec(other, i as u8, Algorithm::FixedWindow, 1, 60_000);
-        let one =
-            |buckets: Vec<BucketSpec>| CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse };
+        let one = |buckets: Vec<BucketSpec>| CheckBatch {
+            buckets,
+            cost: 1,
+            fallback: MemoryFallback::Refuse,
+            lease: None,
+        };
         assert!(pg.check_as_of(&one(vec![full.clone()]), now).await.expect("answer").allowed());
         let both = pg.check_as_of(&one(vec![roomy.clone(), full.clone()]), now).await.expect("answer");
         assert!(!both.allowed(), "{algorithm:?}: the full bucket denies");
         assert!(both.buckets[0].allowed, "{algorithm:?}: the roomy bucket had room");
         assert_eq!(both.buckets[0].remaining, 10, "{algorithm:?}: shown as given back");
-        let peek = CheckBatch { buckets: vec![roomy], cost: 0, fallback: MemoryFallback::Refuse };
+        let peek =
+            CheckBatch { buckets: vec![roomy], cost: 0, fallback: MemoryFallback::Refuse, lease: None };
         let after = pg.check_as_of(&peek, now).await.expect("answer");
         assert_eq!(after.buckets[0].remaining, 10, "{algorithm:?}: nothing kept by the denied check");
     }

@@ -25,7 +25,8 @@ async fn the_cleanup_deletes_expired_rows_on_every_shard() {
     for n in 0..=255u8 {
         let bucket = spec(n, 9, Algorithm::ALL[usize::from(n) % 4], 5, 1_000);
         keys.push(bucket.key.to_vec());
-        let batch = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse };
+        let batch =
+            CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
         pg.check_as_of(&batch, long_ago).await.expect("answer");
     }
     let pool = crate::direct(&url).await;

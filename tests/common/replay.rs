@@ -46,6 +46,10 @@ pub enum Shape {
     /// In every shape some checks cost 0 (a peek, which a batch function
     /// decides on the rows the upserts wrote).
     Mixed,
+    /// A concurrency bucket and a bucket of another algorithm: a batch
+    /// function (no upsert takes a lease). Not among [`SHAPES`], which the
+    /// Citus tier replays too, where concurrency buckets are refused.
+    Leased,
 }
 
 pub const SHAPES: [Shape; 4] = [Shape::OneFixed, Shape::OneOther, Shape::FixedPolicy, Shape::Mixed];
@@ -76,8 +80,11 @@ pub async fn replay(path: Path<'_>, rows: &PgPool, shape: Shape, seed: u64) {
             let step_us = rng.gen_range(0..600_000);
             now += TimeDelta::microseconds(if coarse { step_us / 100_000 * 100_000 } else { step_us });
             // A plain upsert takes no check over its limit (nor a peek, of cost 0).
-            let most =
-                if shape == Shape::Mixed { 2 } else { specs.iter().map(|s| s.limit).min().unwrap_or(1) };
+            let most = if matches!(shape, Shape::Mixed | Shape::Leased) {
+                2
+            } else {
+                specs.iter().map(|s| s.limit).min().unwrap_or(1)
+            };
             let cost = rng.gen_range(0..3).min(most);
             let at = format!("{shape:?} seed {seed} round {round} step {step}");
             check_step(path, rows, &specs, &mut model, cost, now, &at).await;
@@ -140,6 +147,7 @@ fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
         Shape::OneOther => vec![others[round % 3]],
         Shape::FixedPolicy => vec![Algorithm::FixedWindow; 2],
         Shape::Mixed => vec![Algorithm::ALL[round % 4], Algorithm::ALL[(round + 1) % 4]],
+        Shape::Leased => vec![Algorithm::Concurrency, Algorithm::ALL[round % 5]],
     };
     let route: u8 = rng.gen();
     let window_ms = |rng: &mut StdRng| {
@@ -168,7 +176,8 @@ fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
 async fn decide_through(path: Path<'_>, specs: &[BucketSpec], cost: u64, now: DateTime<Utc>) -> Vec<Got> {
     match path {
         Path::Store(store) => {
-            let batch = CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse };
+            let batch =
+                CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse, lease: None };
             let answer = store.check_as_of(&batch, now).await.expect("postgres answers");
             let got = |b: &pglimit::storage::BucketAnswer| Got {
                 allowed: b.allowed,

@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Literal, Optional
 
 import pytest
 
-from pglimit import AsyncPglimit, CheckResult, Pglimit
+from pglimit import AsyncPglimit, CheckResult, Lease, Pglimit
 
 HERE = Path(__file__).resolve().parent.parent  # clients/python
 TOKEN = "py-client-test-token"
@@ -164,6 +164,18 @@ class EitherClient:
             return self.sync.reset(**kw)
         assert self.aio is not None
         return await self.aio.reset(**kw)
+
+    async def release(self, lease_id: str) -> bool:
+        if self.sync is not None:
+            return self.sync.release(lease_id)
+        assert self.aio is not None
+        return await self.aio.release(lease_id)
+
+    async def renew(self, lease_id: str) -> Lease:
+        if self.sync is not None:
+            return self.sync.renew(lease_id)
+        assert self.aio is not None
+        return await self.aio.renew(lease_id)
 
     async def close(self) -> None:
         if self.sync is not None:

@@ -3,6 +3,8 @@ import type {
   CallOptions,
   CheckRequest,
   Decision,
+  Lease,
+  LeaseOutcome,
   OnError,
   PeekRequest,
   PglimitOptions,
@@ -17,6 +19,8 @@ const DEFAULT_TIMEOUT_MS = 1000;
 const FALLBACK_RETRY_AFTER_S = 1;
 // The service's own fail-closed answer (a policy with on_store_error = "deny").
 const STORE_UNAVAILABLE = "urn:pglimit:problem:store-unavailable";
+// A lease that does not exist (any more): it holds nothing.
+const UNKNOWN_LEASE = "urn:pglimit:problem:unknown-lease";
 
 type Fetch = NonNullable<PglimitOptions["fetch"]>;
 
@@ -24,6 +28,8 @@ type Fetch = NonNullable<PglimitOptions["fetch"]>;
 export class Pglimit {
   readonly #checkUrl: string;
   readonly #resetUrl: string;
+  readonly #releaseUrl: string;
+  readonly #renewUrl: string;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number;
   readonly #onError: OnError;
@@ -34,6 +40,8 @@ export class Pglimit {
     const base = options.url.endsWith("/") ? options.url : `${options.url}/`;
     this.#checkUrl = new URL("check", base).href;
     this.#resetUrl = new URL("reset", base).href;
+    this.#releaseUrl = new URL("release", base).href;
+    this.#renewUrl = new URL("renew", base).href;
     this.#headers = { "content-type": "application/json", accept: "application/json" };
     if (options.token !== undefined) this.#headers["authorization"] = `Bearer ${options.token}`;
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
@@ -60,6 +68,85 @@ export class Pglimit {
   /** Puts the check's buckets (or only `buckets`) back to full, then answers like a peek. */
   reset(request: ResetRequest, options?: CallOptions): Promise<PglimitResult> {
     return this.#call(this.#resetUrl, request, options);
+  }
+
+  /**
+   * Frees a lease's slots. True if it held any; false if it was released
+   * already, has ended, or no longer exists. Throws `PglimitUnavailableError`
+   * if pglimit cannot be reached (the lease then ends by itself).
+   */
+  async release(leaseId: string, options?: CallOptions): Promise<boolean> {
+    const answer = await this.#leaseCall(this.#releaseUrl, leaseId, options);
+    return answer !== undefined && (answer as { released?: unknown }).released === true;
+  }
+
+  /** Extends a lease by its lease time from now. Throws `PglimitProblemError` (404) if it has ended or was released. */
+  async renew(leaseId: string, options?: CallOptions): Promise<Lease> {
+    const answer = (await this.#leaseCall(this.#renewUrl, leaseId, options, true)) as
+      | { lease?: { id?: unknown; expires_at?: unknown } }
+      | undefined;
+    const lease = answer?.lease;
+    if (typeof lease?.id !== "string" || typeof lease.expires_at !== "string") {
+      throw new Error("pglimit answered /renew with a body that is not a lease");
+    }
+    return { id: lease.id, expiresAt: new Date(lease.expires_at) };
+  }
+
+  /**
+   * Checks `request`; if admitted, runs `fn` and releases the check's lease
+   * in `finally`, whether `fn` returns or throws. A release pglimit cannot
+   * take (unreachable) is left to end by itself rather than hide `fn`'s outcome.
+   */
+  async withLease<T>(
+    request: CheckRequest,
+    fn: (result: PglimitResult) => Promise<T> | T,
+    options?: CallOptions,
+  ): Promise<LeaseOutcome<T>> {
+    const result = await this.check(request, options);
+    if (!result.allowed) return { allowed: false, result };
+    try {
+      return { allowed: true, value: await fn(result), result };
+    } finally {
+      if (result.lease !== undefined) {
+        await this.release(result.lease.id).catch((error: unknown) => {
+          if (!(error instanceof PglimitUnavailableError)) throw error;
+        });
+      }
+    }
+  }
+
+  /** POSTs `{ lease }`: the parsed 200 body; `undefined` for an unknown lease unless `strict`. */
+  async #leaseCall(url: string, lease: string, options: CallOptions | undefined, strict = false): Promise<unknown> {
+    const callerSignal = options?.signal;
+    callerSignal?.throwIfAborted();
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new PglimitTimeoutError(this.#timeoutMs));
+    }, this.#timeoutMs);
+    const onCallerAbort = () => controller.abort(callerSignal?.reason);
+    callerSignal?.addEventListener("abort", onCallerAbort, { once: true });
+    try {
+      const doFetch: Fetch = this.#fetch ?? fetch;
+      const init = { method: "POST", headers: this.#headers, body: JSON.stringify({ lease }), signal: controller.signal };
+      const response = await doFetch(url, init);
+      const text = await response.text();
+      if (response.status === 200) return parseJson(text);
+      const requestId = response.headers.get("x-request-id") ?? undefined;
+      const problem = parseProblem(text, response);
+      if (problem.type === UNKNOWN_LEASE && !strict) return undefined;
+      const error = new PglimitProblemError(problem, requestId);
+      if (response.status >= 400 && response.status < 500) throw error;
+      throw new PglimitUnavailableError("error", error);
+    } catch (error) {
+      if (error instanceof PglimitProblemError || error instanceof PglimitUnavailableError) throw error;
+      if (callerSignal?.aborted && !timedOut) throw callerSignal.reason;
+      throw new PglimitUnavailableError(timedOut ? "timeout" : "error", timedOut ? controller.signal.reason : error);
+    } finally {
+      clearTimeout(timer);
+      callerSignal?.removeEventListener("abort", onCallerAbort);
+    }
   }
 
   async #call(url: string, body: object, options: CallOptions | undefined): Promise<PglimitResult> {
@@ -167,6 +254,7 @@ function toResult(d: Decision, h: Headers, requestId: string | undefined): Pglim
   if (d.would_allow !== undefined) result.wouldAllow = d.would_allow;
   if (d.blocked_by !== undefined) result.blockedBy = d.blocked_by;
   if (d.override !== undefined) result.override = d.override;
+  if (d.lease !== undefined) result.lease = { id: d.lease.id, expiresAt: new Date(d.lease.expires_at) };
   if (requestId !== undefined) result.requestId = requestId;
   return result;
 }

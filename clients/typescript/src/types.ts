@@ -30,6 +30,19 @@ export type Algorithm = WireBucket["algorithm"];
 export type Store = Decision["store"];
 export type OverrideMatch = NonNullable<Decision["override"]>;
 
+/** The lease an admitted check of a concurrency bucket holds: release it when done. */
+export interface Lease {
+  /** Pass to `release` or `renew`; random, it names nothing of the check. */
+  id: string;
+  /** When the slots free themselves unless released or renewed. */
+  expiresAt: Date;
+}
+
+/** What `withLease` gives: `fn`'s value when admitted (the lease released after), else the denial. */
+export type LeaseOutcome<T> =
+  | { allowed: true; value: T; result: PglimitResult }
+  | { allowed: false; result: PglimitResult };
+
 /** One bucket of a check, e.g. `email_ip` of the `login` policy. */
 export interface BucketResult {
   name: WireBucket["name"];
@@ -74,6 +87,8 @@ export interface PglimitResult {
   wouldAllow?: boolean;
   blockedBy?: string;
   override?: OverrideMatch;
+  /** Admitted by a concurrency bucket in Postgres: the slots it holds (none when admitted from memory in an outage). */
+  lease?: Lease;
   /** The service's `x-request-id`, to find the request in its logs. */
   requestId?: string;
   headers: RateLimitHeaders;

@@ -125,6 +125,34 @@ export const cases = {
     deepEqual(denied.buckets.map((b) => [b.name, b.algorithm]), [["default", "sliding_window"]], "one default bucket");
   },
 
+  async "a lease is released and renewed, and withLease releases in finally"(env: CaseEnv) {
+    const client = new Pglimit({ url: env.url });
+    const exports = { key: `export:${env.id}`, limit: 1, algorithm: "concurrency" as const, lease: "30s" };
+    const held = await client.check(exports);
+    equal(held.allowed, true, "first check admitted");
+    ok(held.lease !== undefined && /^lease_[0-9a-f]{32}$/.test(held.lease.id), "a lease id");
+    ok(held.lease.expiresAt.getTime() > Date.now(), "expiresAt is a future Date");
+    equal((await client.check(exports)).allowed, false, "the one slot is held");
+    const renewed = await client.renew(held.lease.id);
+    equal(renewed.id, held.lease.id, "renew keeps the id");
+    ok(renewed.expiresAt.getTime() >= held.lease.expiresAt.getTime(), "renew extends");
+    equal(await client.release(held.lease.id), true, "release frees");
+    equal(await client.release(held.lease.id), false, "a second release is false");
+    const gone = await rejects(client.renew(held.lease.id), "renew of a released lease");
+    ok(gone instanceof PglimitProblemError && gone.status === 404 && gone.field === "lease", `404 lease, got ${String(gone)}`);
+
+    const done = await client.withLease(exports, () => "exported");
+    deepEqual([done.allowed, done.allowed && done.value], [true, "exported"], "withLease runs fn");
+    const failing = await rejects(
+      client.withLease(exports, () => {
+        throw new Error("export failed");
+      }),
+      "withLease passes fn's error on",
+    );
+    ok(failing instanceof Error && failing.message === "export failed", "fn's own error");
+    equal((await client.check(exports)).allowed, true, "both withLease calls released their slot");
+  },
+
   async "a 400 becomes PglimitProblemError with its field, whatever onError says"(env: CaseEnv) {
     for (const onError of ["allow", "deny", "throw"] as const) {
       const client = new Pglimit({ url: env.url, onError });

@@ -3,7 +3,8 @@
 //! A denied check carries the earliest time a check of the same cost could
 //! pass (`retry_at`); under every algorithm nothing makes that time come
 //! sooner (other checks only consume, nothing refunds), so until then the
-//! same check is certain to be denied again. This store remembers such
+//! same check is certain to be denied again (concurrency buckets, whose
+//! slots a release frees, are the exception: never remembered). This store remembers such
 //! denials, per exact check (every bucket's key, limit, window and algorithm,
 //! and the cost), and answers repeats itself: a flood on a key that is over
 //! its limit costs no statement at all.
@@ -24,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::{Actions, Answer, Block, BlockTarget, CheckBatch, Key, Stale, Store, StoreError, StoreKind};
+use super::{
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, Stale, Store, StoreError, StoreKind,
+};
 use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use entries::{Entries, Remembered};
 
@@ -70,6 +73,10 @@ impl<S: Store> DenyCache<S> {
     }
 
     fn remember(&self, fingerprint: u64, checked: &Answer, batch: &CheckBatch) {
+        // A release frees a concurrency slot before its retry time.
+        if batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency) {
+            return;
+        }
         let Some(retry) = latest_retry(checked) else { return };
         let Ok(wait) = (retry - checked.now).to_std() else { return };
         let until = Instant::now() + wait;
@@ -186,6 +193,18 @@ impl<S: Overrides> Overrides for DenyCache<S> {
 
     async fn overrides_may_have_changed(&self) {
         self.inner.overrides_may_have_changed().await;
+    }
+}
+
+/// Releases free slots, so a concurrency bucket's denial is never
+/// remembered (see `remember`); these only pass through.
+impl<S: Store + Leases> Leases for DenyCache<S> {
+    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
+        self.inner.release(id).await
+    }
+
+    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.inner.renew(id).await
     }
 }
 

@@ -22,6 +22,7 @@
 
 mod detector;
 mod recovery;
+mod releases;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,12 +31,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Key, MemoryFallback, MemoryStore, Primary, Stale, Store,
-    StoreError,
+    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, MemoryFallback, MemoryStore, Primary,
+    Stale, Store, StoreError,
 };
 use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use detector::Detector;
 use recovery::Throttle;
+use releases::OwedReleases;
 
 use crate::telemetry;
 
@@ -65,6 +67,8 @@ struct Inner<P> {
     /// Paces the two warnings that can repeat: a check refused, a write-back failed.
     refused: Throttle,
     unwritten: Throttle,
+    /// Releases asked for during an outage, to write back.
+    releases: OwedReleases,
 }
 
 impl<P> Clone for FallbackStore<P> {
@@ -87,6 +91,7 @@ impl<P: Primary> FallbackStore<P> {
             flushing: AtomicBool::new(false),
             refused: Throttle::new(),
             unwritten: Throttle::new(),
+            releases: OwedReleases::default(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -219,6 +224,30 @@ impl<P: Primary> Store for FallbackStore<P> {
 
     fn actions_heard(&self) -> u64 {
         self.inner.primary.actions_heard()
+    }
+}
+
+/// Leases are in Postgres: while this instance is degraded, a release is
+/// kept and written back when Postgres returns (`releases.rs`), and a
+/// renewal is refused (the lease then ends by itself).
+impl<P: Primary> Leases for FallbackStore<P> {
+    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
+        if !self.is_degraded() {
+            match self.inner.primary.release(id).await {
+                Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
+                answer => return answer,
+            }
+        }
+        let kept = self.inner.releases.keep(id)?;
+        if !self.is_degraded() {
+            self.flush_later(); // Postgres returned meanwhile: not left for the next outage
+        }
+        Ok(Some(kept))
+    }
+
+    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.renew(id).await
     }
 }
 

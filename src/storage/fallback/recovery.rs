@@ -57,6 +57,16 @@ impl<P: Primary> FallbackStore<P> {
     /// Hands what memory owes to Postgres; returns how many buckets were
     /// written and how many are still owed.
     async fn write_back(&self) -> (usize, usize) {
+        // Releases first: a full bucket's cap then drops none of their slots.
+        let unreleased = match self.inner.releases.any() {
+            true => self.inner.releases.write_back(&self.inner.primary).await,
+            false => 0,
+        };
+        let (written, left) = self.absorb_memory().await;
+        (written, left + unreleased)
+    }
+
+    async fn absorb_memory(&self) -> (usize, usize) {
         let owed = self.inner.memory.drain(Utc::now());
         let count = owed.len();
         if count == 0 {
@@ -83,7 +93,7 @@ impl<P: Primary> FallbackStore<P> {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            while !this.is_degraded() && this.inner.memory.owes() {
+            while !this.is_degraded() && (this.inner.memory.owes() || this.inner.releases.any()) {
                 if this.write_back().await.1 > 0 {
                     tokio::time::sleep(this.inner.probe_every).await;
                 }

@@ -23,7 +23,7 @@ fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
 }
 
 fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
-    CheckBatch { buckets: buckets.to_vec(), cost, fallback: MemoryFallback::Full }
+    CheckBatch { buckets: buckets.to_vec(), cost, fallback: MemoryFallback::Full, lease: None }
 }
 
 fn t0() -> DateTime<Utc> {

@@ -302,6 +302,7 @@ mod tests {
                     buckets: Vec::new(),
                     cost: 1,
                     fallback: crate::storage::MemoryFallback::Refuse,
+                    lease: None,
                 },
                 now: None,
                 task: Task::Check,

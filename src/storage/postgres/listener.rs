@@ -3,6 +3,8 @@
 //!
 //! Every action notifies channel [`CHANNEL`] with `<generation> <hex key>,...`
 //! in its own transaction; a task here LISTENs on a connection of its own.
+//! A released lease notifies `released <hex key>,...` (`sql/leases.sql`):
+//! no generation, but its keys' denials are forgotten all the same.
 //! Notifications sent while it is not listening are lost, so every
 //! (re)connection counts as "everything is stale", and the heartbeat reads
 //! the actions generation every 2 s: one it has not heard of means a

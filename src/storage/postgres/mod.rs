@@ -19,6 +19,7 @@ mod health;
 mod kept;
 mod lane;
 mod layout;
+mod leases;
 mod listener;
 mod literal;
 mod overrides;
@@ -256,6 +257,12 @@ impl PgStore {
 
 impl Store for PgStore {
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+        let concurrency =
+            batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency);
+        if concurrency && !self.session.layout().takes_leases() {
+            // Refused alone, before the lane: it would fail the call of every check batched with it.
+            return Err(StoreError::Failed("concurrency buckets are not supported in Citus mode".into()));
+        }
         let answer = self.submit(batch, None).await?;
         self.cleanup.maybe_start(&self.session);
         Ok(answer)
@@ -328,6 +335,16 @@ impl Overrides for PgStore {
             () = self.heard.overrides_may_have_changed() => {}
             () = tokio::time::sleep(OVERRIDES_POLL_EVERY) => {}
         }
+    }
+}
+
+impl crate::storage::Leases for PgStore {
+    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
+        self.actions.release(&self.session, id).await
+    }
+
+    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.actions.renew(&self.session, id).await
     }
 }
 

@@ -27,8 +27,12 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 
 /// The functions that decide, in the order they are created (each calls
 /// only those before it).
-const FUNCTIONS: [&str; 3] =
-    [include_str!("sql/algorithms.sql"), include_str!("sql/batch.sql"), include_str!("sql/distinct.sql")];
+const FUNCTIONS: [&str; 4] = [
+    include_str!("sql/algorithms.sql"),
+    include_str!("sql/leases.sql"),
+    include_str!("sql/batch.sql"),
+    include_str!("sql/distinct.sql"),
+];
 
 /// The schema of this build's functions: `pglimit_` and the start of a hash
 /// of their text, Citus mode's included (installed by `citus::setup`).

@@ -46,6 +46,18 @@ pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime
     ]
 }
 
+/// [`check_args`] and, as $11, each bucket's lease (the SHA-256 of its
+/// check's lease id; empty for none): the single-node functions take it.
+pub(super) fn check_args_with_leases<'a>(
+    batches: &'a [&'a CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Vec<Arg<'a>> {
+    let mut args = check_args(batches, now);
+    let lease = |batch: &'a CheckBatch| batch.lease.as_ref().map_or(&[][..], |id| id.as_slice());
+    args.push(Arg::Bytes(buckets_of(batches).map(|(_, batch, _)| lease(batch)).collect()));
+    args
+}
+
 /// Runs a statement that answers [`Row`]s: prepared, with `args` bound; or,
 /// behind a transaction pooler, as one simple-protocol message that starts
 /// with the settings (`SET LOCAL`) and has the values written in, so that

@@ -65,8 +65,13 @@ pub(super) enum Road {
 /// batch function: the upserts know only windows of a fixed length, and
 /// stay as lean as they were.
 pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
+    // A concurrency bucket takes a lease, which only the batch functions write.
     let plain = |batch: &&CheckBatch| {
-        batch.cost > 0 && batch.buckets.iter().all(|b| b.lockout.is_none() && b.calendar.is_none())
+        batch.cost > 0
+            && batch
+                .buckets
+                .iter()
+                .all(|b| b.lockout.is_none() && b.calendar.is_none() && b.algorithm != Algorithm::Concurrency)
     };
     if !distinct || !batches.iter().all(plain) {
         return None;

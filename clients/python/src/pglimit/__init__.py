@@ -12,7 +12,7 @@ from .aio import AsyncPglimit
 from .client import Pglimit
 from .errors import PglimitError, PglimitProblem, PglimitUnavailable
 from .headers import rate_limit_headers
-from .result import Algorithm, BucketResult, CheckResult, Override, Reason, Store
+from .result import Algorithm, BucketResult, CheckResult, Lease, Override, Reason, Store
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,7 @@ __all__ = [
     "AsyncPglimit",
     "BucketResult",
     "CheckResult",
+    "Lease",
     "OnError",
     "Override",
     "Pglimit",

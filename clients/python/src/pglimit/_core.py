@@ -14,7 +14,7 @@ from typing import Any, Dict, Literal, Mapping, NoReturn, Optional, Sequence, Un
 import httpx
 
 from .errors import PglimitProblem, PglimitUnavailable
-from .result import Algorithm, CheckResult, Reason, fallback_result, parse_decision
+from .result import Algorithm, CheckResult, Lease, Reason, fallback_result, parse_decision, parse_lease
 
 OnError = Literal["allow", "deny", "raise"]
 Window = Union[str, timedelta]
@@ -25,7 +25,7 @@ USER_AGENT = "pglimit-python/0.1.0"
 class Settings:
     """Validated constructor arguments, shared by both clients."""
 
-    __slots__ = ("check_url", "reset_url", "timeout", "on_error", "headers")
+    __slots__ = ("check_url", "reset_url", "release_url", "renew_url", "timeout", "on_error", "headers")
 
     def __init__(self, url: str, token: Optional[str], timeout: float, on_error: str) -> None:
         if on_error not in ("allow", "deny", "raise"):
@@ -37,6 +37,8 @@ class Settings:
         base = url.rstrip("/")
         self.check_url = base + "/check"
         self.reset_url = base + "/reset"
+        self.release_url = base + "/release"
+        self.renew_url = base + "/renew"
         # One number bounds every phase (connect, write, read, pool wait):
         # pglimit answers in a single read, so in practice it bounds the call.
         self.timeout = httpx.Timeout(timeout)
@@ -69,6 +71,7 @@ def build_body(
     algorithm: Optional[Algorithm],
     cost: int,
     buckets: Optional[Sequence[str]] = None,
+    lease: Optional[Window] = None,
 ) -> Dict[str, Any]:
     """The JSON body of /check or /reset, for exactly one of the two forms.
 
@@ -80,12 +83,23 @@ def build_body(
             raise TypeError("policy needs identifiers")
         if key is not None or limit is not None or window is not None or algorithm is not None:
             raise TypeError("give either policy and identifiers, or key, limit and window")
+        if lease is not None:
+            raise TypeError('lease goes with algorithm="concurrency" on a key')
         body: Dict[str, Any] = {
             "policy": policy,
             "identifiers": dict(identifiers),
             "cost": cost,
         }
+    elif key is not None and algorithm == "concurrency":
+        if limit is None or lease is None or window is not None:
+            raise TypeError('a concurrency key needs limit and lease (e.g. "30s"), not window')
+        if identifiers is not None:
+            raise TypeError("identifiers go with policy, not key")
+        lease_text = format_window(lease)
+        body = {"key": key, "limit": limit, "algorithm": algorithm, "lease": lease_text, "cost": cost}
     elif key is not None:
+        if lease is not None:
+            raise TypeError('lease goes with algorithm="concurrency"')
         if limit is None or window is None:
             raise TypeError("key needs limit and window")
         if identifiers is not None:
@@ -177,3 +191,49 @@ def outcome(on_error: OnError, response: Union[httpx.Response, httpx.HTTPError])
         return parse_decision(json.loads(response.content), request_id, dict(response.headers))
     except (ValueError, KeyError, TypeError) as exc:
         return fail(on_error, "error", f"pglimit's answer ({status}) is not a decision: {exc}", exc)
+
+
+UNKNOWN_LEASE = "urn:pglimit:problem:unknown-lease"
+
+
+def lease_answer(
+    response: Union[httpx.Response, httpx.HTTPError], *, strict: bool
+) -> Optional[Dict[str, Any]]:
+    """The body of a /release or /renew answer; None for an unknown lease
+    unless ``strict``. There is no ``on_error`` here (nothing is admitted):
+    pglimit unreachable raises :class:`PglimitUnavailable`, a 4xx
+    :class:`PglimitProblem`."""
+    if isinstance(response, httpx.TimeoutException):
+        _raise("timeout", f"pglimit did not answer in time: {response!r}", response, None)
+    if isinstance(response, httpx.HTTPError):
+        _raise("error", f"pglimit could not be reached: {response!r}", response, None)
+    request_id = response.headers.get("x-request-id")
+    if response.status_code != 200:
+        problem = _problem(response, request_id)
+        if problem.type == UNKNOWN_LEASE and not strict:
+            return None
+        if 400 <= response.status_code < 500:
+            raise problem
+        _raise("error", f"pglimit answered {problem}", None, problem)
+    try:
+        body = json.loads(response.content)
+    except ValueError as exc:
+        _raise("error", f"pglimit's answer is not JSON: {exc}", exc, None)
+    if not isinstance(body, dict):
+        _raise("error", "pglimit's answer is not a JSON object", None, None)
+    return body
+
+
+def released(response: Union[httpx.Response, httpx.HTTPError]) -> bool:
+    """Whether a release freed slots (false: released already, ended, or unknown)."""
+    body = lease_answer(response, strict=False)
+    return body is not None and body.get("released") is True
+
+
+def renewed(response: Union[httpx.Response, httpx.HTTPError]) -> Lease:
+    """The lease a renewal answers."""
+    body = lease_answer(response, strict=True)
+    try:
+        return parse_lease(body["lease"] if body is not None else None)
+    except (ValueError, KeyError, TypeError) as exc:
+        _raise("error", f"pglimit's answer to /renew is not a lease: {exc}", exc, None)

@@ -8,13 +8,15 @@ connections belong to the loop that opened them.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Mapping, Optional, Sequence, Type, Union, overload
+from typing import AsyncIterator, Literal, Mapping, Optional, Sequence, Type, Union, overload
 
 import httpx
 
-from ._core import OnError, Settings, Window, build_body, outcome
-from .result import Algorithm, CheckResult
+from ._core import OnError, Settings, Window, build_body, outcome, released, renewed
+from .errors import PglimitUnavailable
+from .result import Algorithm, CheckResult, Lease
 
 __all__ = ["AsyncPglimit"]
 
@@ -68,6 +70,18 @@ class AsyncPglimit:
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
+    @overload
+    async def check(
+        self,
+        *,
+        key: str,
+        limit: int,
+        algorithm: Literal["concurrency"],
+        lease: Window,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
     async def check(
         self,
         *,
@@ -77,13 +91,14 @@ class AsyncPglimit:
         limit: Optional[int] = None,
         window: Optional[Window] = None,
         algorithm: Optional[Algorithm] = None,
+        lease: Optional[Window] = None,
         cost: int = 1,
         request_id: Optional[str] = None,
     ) -> CheckResult:
         """Check and, if allowed, consume ``cost`` units (all buckets or none)."""
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=cost,
+            window=window, algorithm=algorithm, cost=cost, lease=lease,
         )  # fmt: skip
         return await self._post(self._settings.check_url, body, request_id)
 
@@ -103,6 +118,17 @@ class AsyncPglimit:
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
+    @overload
+    async def peek(
+        self,
+        *,
+        key: str,
+        limit: int,
+        algorithm: Literal["concurrency"],
+        lease: Window,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
     async def peek(
         self,
         *,
@@ -112,12 +138,13 @@ class AsyncPglimit:
         limit: Optional[int] = None,
         window: Optional[Window] = None,
         algorithm: Optional[Algorithm] = None,
+        lease: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult:
         """The state of the buckets, consuming nothing (a check of cost 0)."""
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=0,
+            window=window, algorithm=algorithm, cost=0, lease=lease,
         )  # fmt: skip
         return await self._post(self._settings.check_url, body, request_id)
 
@@ -166,6 +193,61 @@ class AsyncPglimit:
             window=window, algorithm=algorithm, cost=0, buckets=buckets,
         )  # fmt: skip
         return await self._post(self._settings.reset_url, body, request_id)
+
+    async def release(self, lease_id: str, *, request_id: Optional[str] = None) -> bool:
+        """Free a lease's slots: True if it held any; False if it was released
+        already, has ended, or no longer exists. Raises
+        :class:`PglimitUnavailable` if pglimit cannot be reached (the lease
+        then ends by itself)."""
+        return released(await self._lease_call(self._settings.release_url, lease_id, request_id))
+
+    async def renew(self, lease_id: str, *, request_id: Optional[str] = None) -> Lease:
+        """Extend a lease by its lease time from now. Raises
+        :class:`PglimitProblem` (404) if it has ended or was released."""
+        return renewed(await self._lease_call(self._settings.renew_url, lease_id, request_id))
+
+    @asynccontextmanager
+    async def with_lease(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        lease: Optional[Window] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> AsyncIterator[CheckResult]:
+        """Check a concurrency limit (a policy's, or a key's with ``limit``
+        and ``lease``) and hand over the result; on leaving the block the
+        lease is released, whether the block returned or raised. Test
+        ``result.allowed`` inside. A release pglimit cannot take is left to
+        end by itself rather than hide the block's outcome."""
+        algorithm: Optional[Algorithm] = "concurrency" if key is not None else None
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=None, algorithm=algorithm, cost=cost, lease=lease,
+        )  # fmt: skip
+        result = await self._post(self._settings.check_url, body, request_id)
+        try:
+            yield result
+        finally:
+            if result.lease is not None:
+                try:
+                    await self.release(result.lease.id)
+                except PglimitUnavailable:
+                    pass
+
+    async def _lease_call(
+        self, url: str, lease_id: str, request_id: Optional[str]
+    ) -> Union[httpx.Response, httpx.HTTPError]:
+        s = self._settings
+        try:
+            return await self._http.post(
+                url, json={"lease": lease_id}, headers=s.request_headers(request_id), timeout=s.timeout
+            )
+        except httpx.HTTPError as exc:
+            return exc
 
     async def _post(self, url: str, body: object, request_id: Optional[str]) -> CheckResult:
         s = self._settings

@@ -7,13 +7,15 @@ the TCP handshake, which is most of a check's cost.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Mapping, Optional, Sequence, Type, Union, overload
+from typing import Iterator, Literal, Mapping, Optional, Sequence, Type, Union, overload
 
 import httpx
 
-from ._core import OnError, Settings, Window, build_body, outcome
-from .result import Algorithm, CheckResult
+from ._core import OnError, Settings, Window, build_body, outcome, released, renewed
+from .errors import PglimitUnavailable
+from .result import Algorithm, CheckResult, Lease
 
 __all__ = ["Pglimit"]
 
@@ -67,6 +69,18 @@ class Pglimit:
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
+    @overload
+    def check(
+        self,
+        *,
+        key: str,
+        limit: int,
+        algorithm: Literal["concurrency"],
+        lease: Window,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
     def check(
         self,
         *,
@@ -76,13 +90,14 @@ class Pglimit:
         limit: Optional[int] = None,
         window: Optional[Window] = None,
         algorithm: Optional[Algorithm] = None,
+        lease: Optional[Window] = None,
         cost: int = 1,
         request_id: Optional[str] = None,
     ) -> CheckResult:
         """Check and, if allowed, consume ``cost`` units (all buckets or none)."""
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=cost,
+            window=window, algorithm=algorithm, cost=cost, lease=lease,
         )  # fmt: skip
         return self._post(self._settings.check_url, body, request_id)
 
@@ -102,6 +117,17 @@ class Pglimit:
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
+    @overload
+    def peek(
+        self,
+        *,
+        key: str,
+        limit: int,
+        algorithm: Literal["concurrency"],
+        lease: Window,
+        request_id: Optional[str] = None,
+    ) -> CheckResult: ...
+
     def peek(
         self,
         *,
@@ -111,12 +137,13 @@ class Pglimit:
         limit: Optional[int] = None,
         window: Optional[Window] = None,
         algorithm: Optional[Algorithm] = None,
+        lease: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult:
         """The state of the buckets, consuming nothing (a check of cost 0)."""
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=0,
+            window=window, algorithm=algorithm, cost=0, lease=lease,
         )  # fmt: skip
         return self._post(self._settings.check_url, body, request_id)
 
@@ -165,6 +192,61 @@ class Pglimit:
             window=window, algorithm=algorithm, cost=0, buckets=buckets,
         )  # fmt: skip
         return self._post(self._settings.reset_url, body, request_id)
+
+    def release(self, lease_id: str, *, request_id: Optional[str] = None) -> bool:
+        """Free a lease's slots: True if it held any; False if it was released
+        already, has ended, or no longer exists. Raises
+        :class:`PglimitUnavailable` if pglimit cannot be reached (the lease
+        then ends by itself)."""
+        return released(self._lease_call(self._settings.release_url, lease_id, request_id))
+
+    def renew(self, lease_id: str, *, request_id: Optional[str] = None) -> Lease:
+        """Extend a lease by its lease time from now. Raises
+        :class:`PglimitProblem` (404) if it has ended or was released."""
+        return renewed(self._lease_call(self._settings.renew_url, lease_id, request_id))
+
+    @contextmanager
+    def with_lease(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        lease: Optional[Window] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> Iterator[CheckResult]:
+        """Check a concurrency limit (a policy's, or a key's with ``limit``
+        and ``lease``) and hand over the result; on leaving the block the
+        lease is released, whether the block returned or raised. Test
+        ``result.allowed`` inside. A release pglimit cannot take is left to
+        end by itself rather than hide the block's outcome."""
+        algorithm: Optional[Algorithm] = "concurrency" if key is not None else None
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=None, algorithm=algorithm, cost=cost, lease=lease,
+        )  # fmt: skip
+        result = self._post(self._settings.check_url, body, request_id)
+        try:
+            yield result
+        finally:
+            if result.lease is not None:
+                try:
+                    self.release(result.lease.id)
+                except PglimitUnavailable:
+                    pass
+
+    def _lease_call(
+        self, url: str, lease_id: str, request_id: Optional[str]
+    ) -> Union[httpx.Response, httpx.HTTPError]:
+        s = self._settings
+        try:
+            return self._http.post(
+                url, json={"lease": lease_id}, headers=s.request_headers(request_id), timeout=s.timeout
+            )
+        except httpx.HTTPError as exc:
+            return exc
 
     def _post(self, url: str, body: object, request_id: Optional[str]) -> CheckResult:
         s = self._settings

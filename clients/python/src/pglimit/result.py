@@ -16,6 +16,7 @@ __all__ = [
     "Algorithm",
     "BucketResult",
     "CheckResult",
+    "Lease",
     "Override",
     "Reason",
     "Store",
@@ -23,7 +24,7 @@ __all__ = [
 
 Reason = Literal["checked", "timeout", "error"]
 Store = Literal["postgres", "memory", "none"]
-Algorithm = Literal["fixed_window", "sliding_window", "sliding_log", "token_bucket"]
+Algorithm = Literal["fixed_window", "sliding_window", "sliding_log", "token_bucket", "concurrency"]
 OverrideAction = Literal["limits", "unlimited", "deny"]
 
 
@@ -52,6 +53,19 @@ class Override:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """The slots an admitted check of a concurrency bucket holds.
+
+    Free them with ``release(lease.id)`` (or use ``with_lease``); unreleased,
+    they free themselves at ``expires_at``. The id is random and names
+    nothing of the check.
+    """
+
+    id: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """The outcome of ``check``, ``peek`` or ``reset``.
 
@@ -75,6 +89,9 @@ class CheckResult:
     would_allow: Optional[bool] = None
     blocked_by: Optional[str] = None
     override: Optional[Override] = None
+    #: Admitted by a concurrency bucket in Postgres (none when admitted from
+    #: memory during an outage: those slots end by themselves).
+    lease: Optional[Lease] = None
     request_id: Optional[str] = None
     headers: Dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
@@ -135,7 +152,7 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
 
 
 _STORES = ("postgres", "memory", "none")
-_ALGORITHMS = ("fixed_window", "sliding_window", "sliding_log", "token_bucket")
+_ALGORITHMS = ("fixed_window", "sliding_window", "sliding_log", "token_bucket", "concurrency")
 _ACTIONS = ("limits", "unlimited", "deny")
 
 
@@ -191,6 +208,8 @@ def parse_decision(
         override = Override(index=index, action=action, id=id_)  # type: ignore[arg-type]
     would_allow = body.get("would_allow")
     blocked_by = body.get("blocked_by")
+    raw_lease = body.get("lease")
+    lease = parse_lease(raw_lease) if raw_lease is not None else None
     return CheckResult(
         allowed=_bool(body, "allowed"),
         remaining=_int(body, "remaining"),
@@ -205,9 +224,17 @@ def parse_decision(
         would_allow=would_allow if isinstance(would_allow, bool) else None,
         blocked_by=blocked_by if isinstance(blocked_by, str) else None,
         override=override,
+        lease=lease,
         request_id=request_id,
         headers=headers,
     )
+
+
+def parse_lease(obj: Any) -> Lease:
+    """A ``Lease`` object (openapi.json) to a :class:`Lease`."""
+    if not isinstance(obj, dict):
+        raise ValueError("lease is not an object")
+    return Lease(id=_str(obj, "id"), expires_at=parse_timestamp(_str(obj, "expires_at")))
 
 
 def fallback_result(allowed: bool, reason: Reason) -> CheckResult:

@@ -41,6 +41,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Free a concurrency lease's slots
+         * @description Idempotent: released is true if the lease held slots, false if it was released already or has ended; 404 (field lease) if there is no such lease, or it ended and was cleaned up. Notifies every instance.
+         */
+        post: operations["release"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend a concurrency lease by its lease time from now
+         * @description 404 (field lease) if the lease has ended, was released, or does not exist.
+         */
+        post: operations["renew"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/auth/{policy}": {
         parameters: {
             query?: never;
@@ -351,7 +391,7 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description Either a named policy with its identifiers, or an ad hoc key with a limit and a window. Beyond this schema, a request is refused (400, naming the field) when a policy's identifier is missing, unknown or malformed, when the window is outside 100ms..366d, when cost exceeds a limit, or when a sliding_log limit exceeds 1000. */
+        /** @description Either a named policy with its identifiers, or an ad hoc key with a limit and a window (a concurrency key: a limit and a lease). Beyond this schema, a request is refused (400, naming the field) when a policy's identifier is missing, unknown or malformed, when the window is outside 100ms..366d, when cost exceeds a limit, or when a sliding_log limit exceeds 1000. */
         CheckRequest: {
             /**
              * @example login
@@ -365,14 +405,28 @@ export interface components {
         } | {
             key: string;
             limit: number;
-            /** @description 100ms to 366d */
+            /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
+            /**
+             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @default UTC
+             */
+            timezone?: string;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
              * @enum {unknown}
              */
             algorithm?: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | null;
+            cost?: components["schemas"]["Cost"];
+        } | {
+            key: string;
+            /** @description At most this many slots held at once */
+            limit: number;
+            /** @constant */
+            algorithm: "concurrency";
+            /** @description How long an admitted check holds its slots unless released or renewed (100ms to 366d); required */
+            lease: string;
             cost?: components["schemas"]["Cost"];
         };
         /**
@@ -408,10 +462,11 @@ export interface components {
                 /** @enum {unknown} */
                 action: "limits" | "unlimited" | "deny";
             };
+            lease?: components["schemas"]["Lease"];
             buckets: {
                 name: string;
                 /** @enum {unknown} */
-                algorithm: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket";
+                algorithm: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | "concurrency";
                 allowed: boolean;
                 limit: number;
                 remaining: number;
@@ -450,8 +505,13 @@ export interface components {
         } | {
             key: string;
             limit: number;
-            /** @description 100ms to 366d */
+            /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
+            /**
+             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @default UTC
+             */
+            timezone?: string;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
@@ -606,6 +666,20 @@ export interface components {
             /** @description POST only: the ids of the policy's overrides with the same when, which this one replaced */
             replaced?: string[];
         };
+        /** @description Present when an admitted check holds slots of a concurrency bucket (absent when admitted from memory during an outage: those slots end by themselves) */
+        Lease: {
+            /** @description Random; names nothing of the check */
+            id: string;
+            /**
+             * Format: date-time
+             * @description When the lease ends unless released or renewed (the earliest of its buckets')
+             */
+            expires_at: string;
+        };
+        LeaseRequest: {
+            /** @description A lease id as a check answered it */
+            lease: string;
+        };
     };
     responses: {
         /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged); 415 unsupported-media-type: a body not declared Content-Type: application/json; 421 misdirected-request: on a loopback bind, a Host other than localhost or an IP address (DNS rebinding) */
@@ -733,6 +807,68 @@ export interface operations {
                 };
             };
             500: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    release: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LeaseRequest"];
+            };
+        };
+        responses: {
+            /** @description Done */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        released: boolean;
+                    };
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    renew: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LeaseRequest"];
+            };
+        };
+        responses: {
+            /** @description Done */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        lease: components["schemas"]["Lease"];
+                    };
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
     };

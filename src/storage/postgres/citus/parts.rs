@@ -95,7 +95,7 @@ mod tests {
 
     fn check(seconds: &[u8]) -> CheckBatch {
         let buckets = seconds.iter().map(|&f| bucket(f)).collect();
-        CheckBatch { buckets, cost: 2, fallback: MemoryFallback::Refuse }
+        CheckBatch { buckets, cost: 2, fallback: MemoryFallback::Refuse, lease: None }
     }
 
     fn answer(n: usize, remaining: u64) -> Answer {

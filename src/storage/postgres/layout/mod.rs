@@ -24,6 +24,12 @@ pub(super) enum Layout {
 }
 
 impl Layout {
+    /// Whether checks may take leases (concurrency buckets): their table
+    /// is on a single node (`sql/leases.sql`), not distributed.
+    pub fn takes_leases(&self) -> bool {
+        matches!(self, Layout::Single)
+    }
+
     /// Readies a newly opened connection for this layout's statements.
     pub async fn configure(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         match self {

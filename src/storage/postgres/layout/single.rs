@@ -15,17 +15,23 @@ use crate::telemetry;
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
 /// `migrations/`.
-const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// The same for a batch in which no key appears twice, decided set-based
 /// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
-const CHECK_DISTINCT: &str = "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const CHECK_DISTINCT: &str =
+    "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// A row past `expires_at` is equivalent to no row for every algorithm,
 /// so deleting it changes no answer. Rows locked by a check in progress are
 /// skipped, never waited for.
 const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
     SELECT key FROM pglimit_buckets WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Leases past their end, likewise: an ended lease holds no slot.
+const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
+    SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 /// Blocks past their end, likewise: an ended block is no block.
@@ -88,12 +94,15 @@ pub(super) async fn decide(
                     "a bucket's row changed under the upsert; deciding its batch again with locks"
                 );
                 telemetry::upsert_retried();
-                let args = statements::check_args(batches, now);
+                let args = statements::check_args_with_leases(batches, now);
                 statements::fetch_rows(conn, CHECK_DISTINCT, args, via).await?
             }
             rows => rows?,
         },
-        None => statements::fetch_rows(conn, function, statements::check_args(batches, now), via).await?,
+        None => {
+            let args = statements::check_args_with_leases(batches, now);
+            statements::fetch_rows(conn, function, args, via).await?
+        }
     };
     statements::answers(batches, rows)
 }
@@ -104,7 +113,7 @@ fn keys_distinct(batches: &[&CheckBatch]) -> bool {
     batches.iter().flat_map(|batch| &batch.buckets).all(|bucket| keys.insert(bucket.key))
 }
 
-/// Both deletes in one transaction.
+/// The deletes in one transaction.
 pub(super) async fn cleanup(
     session: &Session,
     conn: &mut PgConnection,
@@ -112,7 +121,7 @@ pub(super) async fn cleanup(
 ) -> Result<u64, sqlx::Error> {
     let mut deleted = 0;
     let mut tx = session.begin(conn).await?;
-    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS] {
+    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES] {
         let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
         deleted += delete.execute(&mut *tx).await?.rows_affected();
     }

@@ -120,11 +120,18 @@ CREATE FUNCTION pglimit_token_fits(tat bigint, taken bigint, cap bigint, now_us 
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN tat + taken - now_us <= cap;
 
+-- Concurrency: one lease expiry per held slot; a slot is held while its
+-- lease has not ended (releasing and renewing: leases.sql).
+CREATE FUNCTION pglimit_lease_holds(entry bigint, now_us bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN entry > now_us;
+
 -- One bucket's decision, as src/algorithm/ decides it. The codes are
 -- Algorithm::code: 0 fixed window, 1 sliding window counter, 2 sliding log,
--- 3 token bucket; any other raises. `admit`: whether the next state counts
--- this check (its other buckets fit too). `tz`: a calendar window's zone
--- (fixed windows only; NULL for every other window).
+-- 3 token bucket, 4 concurrency (win: the lease time); any other raises.
+-- `admit`: whether the next state counts this check (its other buckets fit
+-- too). `tz`: a calendar window's zone (fixed windows only; NULL for every
+-- other window).
 CREATE FUNCTION pglimit_decide(
     algo smallint, s_count bigint, s_prev bigint, s_expires bigint, s_tat bigint, s_log bigint[],
     lim bigint, win bigint, cost bigint, now_us bigint, admit boolean, tz text DEFAULT NULL,
@@ -181,6 +188,18 @@ BEGIN
         remaining := greatest((now_us + step * lim - tat) / step, 0);
         full_us := tat;
         n_tat := tat; n_expires := tat;
+    ELSIF algo = 4 THEN
+        entries := ARRAY(SELECT x FROM unnest(coalesce(s_log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x);
+        allowed := cardinality(entries) + cost <= lim;
+        IF NOT allowed THEN
+            retry_us := coalesce(entries[cardinality(entries) + cost - lim], now_us);
+        END IF;
+        IF admit THEN
+            entries := ARRAY(SELECT x FROM unnest(entries || array_fill(now_us + win, ARRAY[cost::int])) AS x ORDER BY x);
+        END IF;
+        full_us := coalesce(entries[cardinality(entries)], now_us);
+        remaining := greatest(lim - cardinality(entries), 0);
+        n_log := entries; n_expires := full_us;
     ELSE
         RAISE EXCEPTION 'pglimit_decide: unknown algorithm code %', algo;
     END IF;

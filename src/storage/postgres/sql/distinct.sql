@@ -23,7 +23,8 @@ CREATE FUNCTION pglimit_check_distinct(
     p_block_for_ms bigint[],
     p_names        text[],
     p_now          timestamptz DEFAULT NULL,
-    p_zones        text[] DEFAULT NULL
+    p_zones        text[] DEFAULT NULL,
+    p_leases       bytea[] DEFAULT NULL
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -70,7 +71,9 @@ BEGIN
                pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win,
                                         pglimit_sliding_start(now_us, c.win) + c.win) AS sw_p,
                CASE WHEN c.algo = 2 THEN ARRAY(
-                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, c.win) ORDER BY x) END AS lg,
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, c.win) ORDER BY x)
+                    WHEN c.algo = 4 THEN ARRAY(
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x) END AS lg,
                pglimit_token_tat(c.tat_us, now_us) AS tb_tat,
                pglimit_token_step(c.win, c.lim) AS tb_step
         FROM cur c
@@ -82,6 +85,7 @@ BEGIN
                CASE c.algo WHEN 0 THEN c.f_c + c.cost <= c.lim
                            WHEN 1 THEN c.sw_w + c.sw_c + c.cost <= c.lim
                            WHEN 2 THEN cardinality(c.lg) + c.cost <= c.lim
+                           WHEN 4 THEN cardinality(c.lg) + c.cost <= c.lim
                            WHEN 3 THEN pglimit_token_fits(c.tb_tat, c.cost * c.tb_step, c.tb_step * c.lim, now_us)
                END AS fit
         FROM cur2 c
@@ -98,12 +102,16 @@ BEGIN
         FROM dec d CROSS JOIN LATERAL (SELECT
             CASE WHEN d.admit THEN d.cost ELSE 0 END AS used,
             CASE WHEN d.admit AND d.algo = 2
-                 THEN d.lg || array_fill(now_us, ARRAY[d.cost::integer]) ELSE d.lg END AS n_lg
+                 THEN d.lg || array_fill(now_us, ARRAY[d.cost::integer])
+                 WHEN d.admit AND d.algo = 4
+                 THEN ARRAY(SELECT x FROM unnest(d.lg || array_fill(now_us + d.win, ARRAY[d.cost::integer])) AS x ORDER BY x)
+                 ELSE d.lg END AS n_lg
         ) AS u CROSS JOIN LATERAL (SELECT
             CASE d.algo
                 WHEN 0 THEN greatest(d.lim - d.f_c - u.used, 0)
                 WHEN 1 THEN greatest(d.lim - d.sw_w - d.sw_c - u.used, 0)
                 WHEN 2 THEN greatest(d.lim - cardinality(u.n_lg), 0)
+                WHEN 4 THEN greatest(d.lim - cardinality(u.n_lg), 0)
                 WHEN 3 THEN greatest((now_us + d.tb_step * d.lim - d.tb_tat - u.used * d.tb_step) / d.tb_step, 0)
             END AS rem,
             CASE d.algo
@@ -111,12 +119,14 @@ BEGIN
                 WHEN 1 THEN CASE WHEN d.sw_c + u.used > 0 THEN d.sw_start + 2 * d.win
                                  WHEN d.sw_p > 0 THEN d.sw_start + d.win ELSE now_us END
                 WHEN 2 THEN coalesce(u.n_lg[cardinality(u.n_lg)] + d.win, now_us)
+                WHEN 4 THEN coalesce(u.n_lg[cardinality(u.n_lg)], now_us)
                 WHEN 3 THEN d.tb_tat + u.used * d.tb_step
             END AS full_us,
             CASE WHEN d.fit THEN NULL ELSE CASE d.algo
                 WHEN 0 THEN d.f_end
                 WHEN 1 THEN pglimit_sliding_retry(d.lim, d.win, d.sw_start, d.sw_c, d.sw_p, d.cost)
                 WHEN 2 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim] + d.win, now_us)
+                WHEN 4 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim], now_us)
                 WHEN 3 THEN d.tb_tat + d.cost * d.tb_step - d.tb_step * d.lim
             END END AS retry_us,
             u.n_lg
@@ -127,7 +137,7 @@ BEGIN
             prev_count = CASE WHEN f.algo = 1 THEN f.sw_p ELSE 0 END,
             expires_at = pglimit_ts(CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END),
             tat_us     = CASE WHEN f.algo = 3 THEN f.full_us END,
-            log        = CASE WHEN f.algo = 2 THEN f.n_lg END
+            log        = CASE WHEN f.algo IN (2, 4) THEN f.n_lg END
         FROM fig f WHERE f.admit AND t.key = f.key
     ), lk AS (
         -- Lockouts, in key order like every other lock here. An operator's
@@ -138,6 +148,13 @@ BEGIN
         ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
             policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
         WHERE k.until < EXCLUDED.until
+    ), ls AS (
+        -- Each admitted check's lease (leases.sql), ending as its entries do.
+        INSERT INTO pglimit_leases (id, key, slots, lease_us, expires_at)
+        SELECT p_leases[f.pos], f.key, f.cost, f.win, pglimit_ts(now_us + f.win)
+        FROM fig f WHERE f.admit AND f.algo = 4 AND octet_length(p_leases[f.pos]) = 32
+        ORDER BY 1, 2
+        ON CONFLICT DO NOTHING
     )
     SELECT f.pos, f.fit AND f.until_us IS NULL,
            CASE WHEN f.block_us IS NULL THEN f.rem ELSE 0 END,

@@ -1,0 +1,106 @@
+//! Leases of concurrency buckets, as the caller sees them: an admitted
+//! check of a concurrency bucket takes one, and `/release` or `/renew`
+//! name it by its id.
+//!
+//! The id is 128 random bits (from the thread's CSPRNG) written in hex,
+//! so it cannot be guessed and names nothing of the check; only its SHA-256
+//! is stored, so that the table does not hold what releases a lease.
+
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::decision::rfc3339_ms;
+use super::request::Invalid;
+use super::{CheckError, Limiter};
+use crate::storage::{Key, Leases, Store, StoreError};
+
+/// What every lease id starts with: a reader of logs tells it from a key.
+const PREFIX: &str = "lease_";
+/// Random bytes in an id.
+const RANDOM_BYTES: usize = 16;
+
+/// A lease as an admitted check answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Granted {
+    pub id: String,
+    /// When the lease ends unless released or renewed (the earliest of its
+    /// buckets', when a check has several).
+    #[serde(serialize_with = "rfc3339_ms")]
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A new lease id, and the hash it is stored by.
+pub(super) fn mint() -> (String, Key) {
+    let mut random = [0u8; RANDOM_BYTES];
+    rand::thread_rng().fill_bytes(&mut random);
+    let id = format!("{PREFIX}{}", hex::encode(random));
+    let stored = stored(&id);
+    (id, stored)
+}
+
+fn stored(id: &str) -> Key {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+/// The stored hash of a lease id as the caller sent it, if it is one.
+pub fn parse(id: &str) -> Result<Key, Invalid> {
+    let random = id.strip_prefix(PREFIX).filter(|hex| {
+        hex.len() == 2 * RANDOM_BYTES && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    match random {
+        Some(_) => Ok(stored(id)),
+        None => Err(Invalid::Lease(format!(
+            "lease must be a lease id as a check answered it (\"{PREFIX}\" and {} hex digits)",
+            2 * RANDOM_BYTES
+        ))),
+    }
+}
+
+impl<S: Store + Leases> Limiter<S> {
+    /// Frees a lease's slots: `Some(true)` if it held any, `Some(false)` if
+    /// it was released already or has ended, `None` if there is no such lease.
+    pub async fn release(&self, id: &str) -> Result<Option<bool>, CheckError> {
+        let id = parse(id)?;
+        self.store().release(&id).await.map_err(unavailable)
+    }
+
+    /// Extends a lease by its lease time; `None` if it has ended, was
+    /// released, or does not exist.
+    pub async fn renew(&self, id: &str) -> Result<Option<DateTime<Utc>>, CheckError> {
+        let id = parse(id)?;
+        self.store().renew(&id).await.map_err(unavailable)
+    }
+}
+
+fn unavailable(e: StoreError) -> CheckError {
+    tracing::warn!(error = %e, "a lease could not be released or renewed");
+    CheckError::StoreUnavailable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minted_id_parses_to_its_stored_hash() {
+        let (id, hash) = mint();
+        assert_eq!(parse(&id), Ok(hash));
+        assert_ne!(mint().0, id, "ids are random");
+    }
+
+    #[test]
+    fn ids_of_another_shape_are_refused() {
+        for bad in [
+            "",
+            "lease_",
+            "lease_0123",
+            "LEASE_00112233445566778899aabbccddeeff",
+            "lease_00112233445566778899AABBCCDDEEFF",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse("lease_00112233445566778899aabbccddeeff").is_ok());
+    }
+}

@@ -1,0 +1,58 @@
+//! `POST /release` and `POST /renew`: a concurrency bucket's lease, by the
+//! id its check answered; the same authorization as `/check`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::Authorization;
+use super::check::{body_bytes, deserialize};
+use super::guard::JsonContent;
+use super::AppState;
+use crate::error::Error;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseBody {
+    lease: String,
+}
+
+/// Frees the lease's slots: `"released": true` if it held any, `false` if
+/// it was released already or has ended (idempotent); 404 if there is no
+/// such lease (or it ended long enough ago to be cleaned up).
+pub async fn release(
+    State(state): State<AppState>,
+    authorization: Authorization,
+    _: JsonContent,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Error> {
+    state.auth.verify_header(authorization.value())?;
+    let body: LeaseBody = deserialize(&body_bytes(body)?)?;
+    match state.limiter.release(&body.lease).await? {
+        Some(released) => Ok(Json(json!({ "released": released })).into_response()),
+        None => Err(Error::NoLease("no such lease: it never existed, or it ended and was cleaned up")),
+    }
+}
+
+/// Extends the lease by its lease time from now; 404 if it has ended, was
+/// released, or does not exist.
+pub async fn renew(
+    State(state): State<AppState>,
+    authorization: Authorization,
+    _: JsonContent,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Error> {
+    state.auth.verify_header(authorization.value())?;
+    let body: LeaseBody = deserialize(&body_bytes(body)?)?;
+    match state.limiter.renew(&body.lease).await? {
+        Some(ends) => {
+            let expires_at = ends.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            Ok(Json(json!({ "lease": { "id": body.lease, "expires_at": expires_at } })).into_response())
+        }
+        None => Err(Error::NoLease("no such lease: it has ended, was released, or never existed")),
+    }
+}
