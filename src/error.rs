@@ -131,6 +131,7 @@ impl From<Invalid> for Error {
             Invalid::UnknownBucket { field, .. } => (*field).into(),
             Invalid::BlockFor(_) => "for".into(),
             Invalid::ReasonLength => "reason".into(),
+            Invalid::MaxWait { .. } => "max_wait".into(),
         };
         Self::field(field, invalid.to_string())
     }

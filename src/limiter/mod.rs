@@ -13,6 +13,8 @@ mod outcomes;
 mod override_requests;
 mod plan;
 mod request;
+mod waiters;
+mod waiting;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use outcomes::Shape;
 pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
 pub use plan::{Applied, Matched, MatchedBy, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
+pub use waiters::{WaitLimits, Waiters};
 
 use crate::policy::{OnStoreError, Policies};
 use crate::storage::{Answer, BucketAnswer, CheckBatch, Store, StoreError, StoreKind};
@@ -59,6 +62,8 @@ pub struct Limiter<S> {
     api_overrides: ArcSwap<api_overrides::ApiOverrides>,
     /// Held while loading them (see [`Limiter::refresh_overrides`]).
     refreshing: tokio::sync::Mutex<()>,
+    /// Checks held by `max_wait` ([`waiting`]).
+    waiters: Waiters,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -90,7 +95,15 @@ impl<S: Store> Limiter<S> {
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
         let (api_overrides, refreshing) = (ArcSwap::default(), tokio::sync::Mutex::new(()));
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing }
+        let waiters = Waiters::new(WaitLimits::default());
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing, waiters }
+    }
+
+    /// The same limiter, holding checks within `limits` (the defaults
+    /// otherwise).
+    pub fn with_waiting(self, limits: WaitLimits) -> Self {
+        crate::telemetry::waits_expected(limits.max_waiting > 0);
+        Self { waiters: Waiters::new(limits), ..self }
     }
 
     pub fn store(&self) -> &S {

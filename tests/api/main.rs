@@ -27,3 +27,5 @@ mod properties;
 mod replay;
 mod slow_checks;
 mod stalls;
+mod waiting;
+mod waiting_errors;
