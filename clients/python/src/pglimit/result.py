@@ -77,6 +77,8 @@ class CheckResult:
     override: Optional[Override] = None
     request_id: Optional[str] = None
     headers: Dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: With ``max_wait``: how long pglimit held the check, in ms (0: at once).
+    waited_ms: Optional[int] = None
 
     def bucket(self, name: str) -> Optional[BucketResult]:
         """The bucket called ``name``, or None: buckets come in policy order."""
@@ -191,6 +193,8 @@ def parse_decision(
         override = Override(index=index, action=action, id=id_)  # type: ignore[arg-type]
     would_allow = body.get("would_allow")
     blocked_by = body.get("blocked_by")
+    waited = body.get("waited_ms")
+    waited_ms = waited if isinstance(waited, int) and not isinstance(waited, bool) else None
     return CheckResult(
         allowed=_bool(body, "allowed"),
         remaining=_int(body, "remaining"),
@@ -207,6 +211,7 @@ def parse_decision(
         override=override,
         request_id=request_id,
         headers=headers,
+        waited_ms=waited_ms,
     )
 
 

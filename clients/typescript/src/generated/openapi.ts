@@ -362,11 +362,17 @@ export interface components {
                 [key: string]: string;
             };
             cost?: components["schemas"]["Cost"];
+            max_wait?: components["schemas"]["MaxWait"];
         } | {
             key: string;
             limit: number;
-            /** @description 100ms to 366d */
+            /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
+            /**
+             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @default UTC
+             */
+            timezone?: string;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
@@ -374,12 +380,18 @@ export interface components {
              */
             algorithm?: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | null;
             cost?: components["schemas"]["Cost"];
+            max_wait?: components["schemas"]["MaxWait"];
         };
         /**
          * @description 0 reports the state without consuming; null or absent means 1; at most the smallest limit involved
          * @default 1
          */
         Cost: number | null;
+        /**
+         * @description Hold a check that would be denied up to this long (0 to the service's bound: PGLIMIT_REQUEST_TIMEOUT_MS less the longest wait on Postgres and 1 s, at most 60s; 24s by default), answering when it is admitted (200) or at the deadline (429), both with waited_ms. Not held: a block, a deny override, a shadow policy, a wait whose room comes back after max_wait, or when PGLIMIT_MAX_WAITING checks are held already; those answer at once. Over the bound: a 400 naming max_wait
+         * @example 2s
+         */
+        MaxWait: string | null;
         Decision: {
             allowed: boolean;
             limit: number;
@@ -408,6 +420,8 @@ export interface components {
                 /** @enum {unknown} */
                 action: "limits" | "unlimited" | "deny";
             };
+            /** @description Present when the check gave max_wait: how long it was held, in ms (0: answered at once) */
+            waited_ms?: number;
             buckets: {
                 name: string;
                 /** @enum {unknown} */
@@ -450,8 +464,13 @@ export interface components {
         } | {
             key: string;
             limit: number;
-            /** @description 100ms to 366d */
+            /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
+            /**
+             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @default UTC
+             */
+            timezone?: string;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
