@@ -81,7 +81,10 @@ pub enum Invalid {
     BlockFor(String),
     #[error("reason must be at most {} bytes", super::actions::MAX_REASON_LEN)]
     ReasonLength,
-    #[error("max_wait is over this service's bound of {bound_ms} ms (PGLIMIT_REQUEST_TIMEOUT_MS less the longest wait on Postgres and 1 s, at most 60 s)")]
+    #[error(
+        "max_wait is over this service's bound of {bound_ms} ms (PGLIMIT_REQUEST_TIMEOUT_MS less the \
+         longest wait on Postgres and 1 s, at most 60 s)"
+    )]
     MaxWait { bound_ms: u64 },
 }
 

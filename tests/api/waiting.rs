@@ -14,7 +14,8 @@ use pglimit::AppState;
 const WINDOW: Duration = Duration::from_secs(1);
 
 fn key_check(key: &str, algorithm: &str, window: Duration, max_wait: Option<Duration>) -> Value {
-    let mut body = json!({ "key": key, "limit": 1, "window": format!("{}ms", window.as_millis()), "algorithm": algorithm });
+    let window = format!("{}ms", window.as_millis());
+    let mut body = json!({ "key": key, "limit": 1, "window": window, "algorithm": algorithm });
     if let Some(wait) = max_wait {
         body["max_wait"] = json!(format!("{}ms", wait.as_millis()));
     }
