@@ -121,6 +121,9 @@ impl Waiters {
     /// `PGLIMIT_MAX_WAITING` requests are held already, or the service is
     /// shutting down.
     pub fn enter(&self, key: Key) -> Option<Place<'_>> {
+        if self.limits.max_waiting == 0 {
+            return None; // waiting is off: no series, nothing to count
+        }
         let admitted = self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             (n < self.limits.max_waiting).then_some(n + 1)
         });

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{call, check, fresh_database, instance, login, metric, unique, Reply};
+use crate::common::{
+    adhoc_key, call, check, fresh_database, instance, login, metric, policy_file, unique, Reply,
+};
 use pglimit::AppState;
 
 /// The window of the tests' keys: short, so a turn comes soon.
@@ -162,4 +164,51 @@ async fn on_shutdown_a_held_check_answers_its_429_at_once() {
     assert!(waited(&reply) < window, "answered before the refill it waited for: {}", reply.body);
     let after = check(&b, key_check(&key, "token_bucket", window, Some(2 * window))).await;
     assert_eq!(waited(&after), Duration::ZERO, "nothing is held once closed: {}", after.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waking_a_key_rechecks_its_first_waiter_before_the_time_its_denial_named() {
+    let (a, b) = two_instances(&[]).await;
+    // Room comes back a window later by itself; a reset frees it now, as a
+    // released lease would, and the wake tells the waiter. The reset is made
+    // on B, whose memory of the denial it clears at once (on A, B would
+    // forget it only once it heard of it).
+    let (key, window) = (unique("wake"), 10 * WINDOW);
+    check(&a, key_check(&key, "fixed_window", window, None)).await;
+    let held = tokio::spawn({
+        let (b, body) = (b.clone(), key_check(&key, "fixed_window", window, Some(window + 5 * WINDOW)));
+        async move { check(&b, body).await }
+    });
+    until_held(&b, 1).await;
+    let reset = call(&b, "POST", "/reset", key_check(&key, "fixed_window", window, None)).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    b.limiter.waiters().wake(&adhoc_key(&key));
+    let reply = held.await.expect("held");
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert!(waited(&reply) < window, "admitted on the wake, not at the window's turn: {}", reply.body);
+}
+
+const DENY_LISTED: &str = r#"
+[policies.llm]
+identifiers = { account = "text" }
+[[policies.llm.buckets]]
+name = "account"
+on = ["account"]
+limit = 1
+window = "1s"
+algorithm = "token_bucket"
+[[policies.llm.overrides]]
+when = { account = "banned" }
+deny = true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_listed_check_is_refused_at_once_however_long_it_may_wait() {
+    let file = policy_file(DENY_LISTED);
+    let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().expect("utf-8"))]).await;
+    let body = json!({ "policy": "llm", "identifiers": { "account": "banned" }, "max_wait": "5s" });
+    let refused = check(&app, body).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.body);
+    assert_eq!(refused.body["override"]["action"], "deny", "{}", refused.body);
+    assert_eq!(waited(&refused), Duration::ZERO, "a deny list is not waited out: {}", refused.body);
 }
