@@ -42,17 +42,9 @@ impl<S: Store> Limiter<S> {
         }
         let started = Instant::now();
         let deadline = started + max_wait;
-        let keys: Vec<Key> = self.plan(request)?.batch.buckets.iter().map(|b| b.key).collect();
-        // Behind this instance's waiters on the same key, whatever the store says.
-        let (queue, first) = match self.waiters.queued_on(&keys) {
-            Some(key) => (key, None),
-            None => {
-                let first = self.check(request).await?;
-                match held_for(&first, deadline) {
-                    Some(key) => (key, Some(first)),
-                    None => return Ok(first.waited(Duration::ZERO)),
-                }
-            }
+        let (queue, first) = match self.arrive(request, deadline).await? {
+            Arrival::Queue(key, first) => (key, first),
+            Arrival::Answer(decision) => return Ok(decision.waited(Duration::ZERO)),
         };
         let Some(place) = self.waiters.enter(queue) else {
             return self.answer_now(request, first).await.map(|d| d.waited(Duration::ZERO));
@@ -60,6 +52,22 @@ impl<S: Store> Limiter<S> {
         let decision = self.wait(request, place, first, deadline).await?;
         telemetry::wait_ended(decision.allowed);
         Ok(decision.waited(started.elapsed()))
+    }
+
+    /// Where a new request with `max_wait` goes: behind this instance's
+    /// waiters on one of its keys, whatever the store would say (so it
+    /// cannot take the room they wait for); else it checks, and queues only
+    /// if its denial is one waiting could turn.
+    async fn arrive(&self, request: &CheckRequest, deadline: Instant) -> Result<Arrival, CheckError> {
+        let keys: Vec<Key> = self.plan(request)?.batch.buckets.iter().map(|b| b.key).collect();
+        if let Some(key) = self.waiters.queued_on(&keys) {
+            return Ok(Arrival::Queue(key, None));
+        }
+        let first = self.check(request).await?;
+        Ok(match held_for(&first, deadline) {
+            Some(key) => Arrival::Queue(key, Some(first)),
+            None => Arrival::Answer(first),
+        })
     }
 
     /// Holds `request` at `place` until it is admitted, its deadline
@@ -110,6 +118,14 @@ impl<S: Store> Limiter<S> {
             None => self.check(request).await,
         }
     }
+}
+
+/// What becomes of a request with `max_wait` when it arrives.
+enum Arrival {
+    /// It waits in the queue of this key, with its first denial if it checked.
+    Queue(Key, Option<Decision>),
+    /// It is answered now: admitted, or a denial waiting cannot turn.
+    Answer(Decision),
 }
 
 /// Why a held request stopped sleeping.
