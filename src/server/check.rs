@@ -50,9 +50,12 @@ pub async fn decide(
     request: &CheckRequest,
     max_wait: Option<Duration>,
 ) -> Result<Decision, CheckError> {
-    // Timed only for the slow-check log, so not at all when it is off.
+    // Timed only for the slow-check log, so not at all when it is off; a
+    // check held by max_wait took its time by request, and is left out.
     let started = state.slow_checks.enabled().then(Instant::now);
     let decision = state.limiter.check_waiting(request, max_wait).await;
+    let held = decision.as_ref().is_ok_and(|d| d.waited_ms.is_some_and(|ms| ms > 0));
+    let started = started.filter(|_| !held);
     // An invalid request's policy name is the caller's text, not configuration: left out.
     let outcome = match &decision {
         Ok(decision) => {

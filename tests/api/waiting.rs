@@ -212,3 +212,14 @@ async fn a_deny_listed_check_is_refused_at_once_however_long_it_may_wait() {
     assert_eq!(refused.body["override"]["action"], "deny", "{}", refused.body);
     assert_eq!(waited(&refused), Duration::ZERO, "a deny list is not waited out: {}", refused.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_check_is_left_out_of_the_slow_check_log() {
+    let app = instance(&fresh_database().await, &[]).await;
+    let key = unique("slow");
+    check(&app, key_check(&key, "token_bucket", WINDOW, None)).await;
+    let held = check(&app, key_check(&key, "token_bucket", WINDOW, Some(3 * WINDOW))).await;
+    assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+    let listing = call(&app, "GET", "/admin/slow-checks", Value::Null).await.body;
+    assert_eq!(listing["seen"], 1, "only the check that was not held: {listing}");
+}
