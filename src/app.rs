@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{KeySecret, Limiter};
+use crate::limiter::{KeySecret, Limiter, WaitLimits};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth, MetricsEndpoint, Services};
@@ -81,8 +81,11 @@ impl Service {
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
-        let limiter = Arc::new(Limiter::new(store, policies, secret, config.shadow));
+        let waiting =
+            WaitLimits::new(config.max_waiting, config.request_timeout, longest_wait(config.db_timeout));
+        let limiter = Arc::new(Limiter::new(store, policies, secret, config.shadow).with_waiting(waiting));
         crate::limiter::watch_overrides(&limiter).await;
+        crate::limiter::wake_on_releases(&limiter);
         let mut background = Background::default();
         let policies = config.policies.clone();
         background.0.push(crate::reload::spawn(

@@ -61,6 +61,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// The slowest checks kept for `GET /admin/slow-checks`; 0: none.
     pub slow_checks: usize,
+    /// Most checks held by `max_wait` at once.
+    pub max_waiting: usize,
     /// The runtime's worker threads; `None`: one per CPU.
     pub worker_threads: Option<usize>,
 }
@@ -130,6 +132,7 @@ impl Config {
             shadow: v::SHADOW.read(&get)?,
             watch_policies: v::WATCH_POLICIES.read(&get)?,
             slow_checks: v::SLOW_CHECKS.read(&get)?,
+            max_waiting: v::MAX_WAITING.read(&get)?,
             worker_threads: v::WORKER_THREADS.given(&get)?,
             request_timeout: Duration::ZERO,
         };

@@ -21,6 +21,7 @@
 
 mod checks;
 mod slow;
+mod waits;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use checks::{Outcome, PolicyCounters, ADHOC, DECISIONS, STORES};
 pub use slow::{SlowCheck, SlowChecks, SlowListing};
+pub use waits::{wait_ended, wait_refused, waiting, waits_expected};
 
 const CHECKS: &str = "pglimit_checks_total";
 const BUCKET_DENIALS: &str = "pglimit_bucket_denials_total";

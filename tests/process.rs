@@ -285,3 +285,35 @@ fn next_first_in_berlin(now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<
     let midnight = first.and_hms_opt(0, 0, 0).expect("midnight");
     berlin.from_local_datetime(&midnight).single().expect("a local time").with_timezone(&chrono::Utc)
 }
+
+/// A check held by `max_wait` is answered (its 429, at once) when the
+/// process gets SIGTERM, rather than cut off or left to its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_a_check_held_by_max_wait_with_its_429_at_once() {
+    let (dir, url) = (temp_dir("held"), common::fresh_database().await);
+    let envs = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let service = start(&envs, &dir);
+    // One token per window: the held check would be admitted a window later.
+    let window = Duration::from_secs(10);
+    let body =
+        json!({ "key": "held", "limit": 1, "window": "10s", "algorithm": "token_bucket", "max_wait": "15s" });
+    assert_eq!(service.check(body.clone()).await.0, 200);
+    let endpoint = format!("http://{}/check", service.addr);
+    let held = tokio::spawn(async move { http_client().post(endpoint).json(&body).send().await });
+    let metrics = format!("http://{}/metrics", service.addr);
+    while !scrape(&metrics).await.contains("\npglimit_waiting 1\n") {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = tokio::task::spawn_blocking(move || service.terminate()).await.expect("terminated");
+    let reply = held.await.expect("held task").expect("an answer, not a cut connection");
+    assert_eq!(reply.status().as_u16(), 429);
+    let decision: Value = reply.json().await.expect("JSON");
+    let waited = Duration::from_millis(decision["waited_ms"].as_u64().expect("waited_ms"));
+    assert!(waited < window, "answered on SIGTERM, not at the refill: {decision}");
+    assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
+}
+
+async fn scrape(metrics: &str) -> String {
+    let reply = http_client().get(metrics).send().await.expect("an answer");
+    reply.text().await.expect("text")
+}

@@ -44,6 +44,7 @@ pub static ALL: &[&dyn Variable] = &[
     &WATCH_POLICIES,
     &REQUEST_TIMEOUT_MS,
     &SLOW_CHECKS,
+    &MAX_WAITING,
     &WORKER_THREADS,
 ];
 

@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::plan::{Applied, Matched};
 use crate::algorithm::Algorithm;
-use crate::storage::{Answer, BucketSpec, CallTiming, StoreKind};
+use crate::storage::{Answer, BucketSpec, CallTiming, Key, StoreKind};
 
 /// The outcome of a check. A denial is a normal outcome, not an error.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +38,9 @@ pub struct Decision {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<super::lease::Granted>,
     pub buckets: Vec<BucketDecision>,
+    /// How long a check with `max_wait` was held (0: answered at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
     /// The deciding store's clock; header durations count from here.
     #[serde(skip)]
     pub now: DateTime<Utc>,
@@ -67,6 +70,9 @@ pub struct BucketDecision {
     pub retry_at: Option<DateTime<Utc>>,
     #[serde(skip)]
     pub window: Duration,
+    /// Its key, which waiters on it queue by.
+    #[serde(skip)]
+    pub key: Key,
 }
 
 impl Decision {
@@ -88,6 +94,7 @@ impl Decision {
                 blocked: state.blocked,
                 retry_at: state.retry_at,
                 window: spec.window,
+                key: spec.key,
             })
             .collect();
         let headline = if allowed {
@@ -117,6 +124,7 @@ impl Decision {
             matched,
             lease: None,
             buckets,
+            waited_ms: None,
             now,
             cached,
             timing,
@@ -139,6 +147,11 @@ impl Decision {
         }
         let would_allow = Some(self.allowed);
         Self { allowed: true, retry_after_s: None, shadow, would_allow, ..self }
+    }
+
+    /// The answer of a check with `max_wait`, held for `waited`.
+    pub fn waited(self, waited: Duration) -> Self {
+        Self { waited_ms: Some(waited.as_millis() as u64), ..self }
     }
 
     /// Which store answered, as metrics label it: one of `StoreKind`'s, or

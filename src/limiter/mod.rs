@@ -14,6 +14,8 @@ mod outcomes;
 mod override_requests;
 mod plan;
 mod request;
+mod waiters;
+mod waiting;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ use outcomes::Shape;
 pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
 pub use plan::{Applied, Matched, MatchedBy, Plan};
 pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
+pub use waiters::{WaitLimits, Waiters};
+pub use waiting::wake_on_releases;
 
 use crate::algorithm::Algorithm;
 use crate::policy::{OnStoreError, Policies};
@@ -62,6 +66,8 @@ pub struct Limiter<S> {
     api_overrides: ArcSwap<api_overrides::ApiOverrides>,
     /// Held while loading them (see [`Limiter::refresh_overrides`]).
     refreshing: tokio::sync::Mutex<()>,
+    /// Checks held by `max_wait` ([`waiting`]).
+    waiters: Waiters,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -93,7 +99,15 @@ impl<S: Store> Limiter<S> {
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
         let (api_overrides, refreshing) = (ArcSwap::default(), tokio::sync::Mutex::new(()));
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing }
+        let waiters = Waiters::new(WaitLimits::default());
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing, waiters }
+    }
+
+    /// The same limiter, holding checks within `limits` (the defaults
+    /// otherwise).
+    pub fn with_waiting(self, limits: WaitLimits) -> Self {
+        crate::telemetry::waits_expected(limits.max_waiting > 0);
+        Self { waiters: Waiters::new(limits), ..self }
     }
 
     pub fn store(&self) -> &S {

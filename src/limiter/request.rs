@@ -83,6 +83,11 @@ pub enum Invalid {
     ReasonLength,
     #[error("{0}")]
     Lease(String),
+    #[error(
+        "max_wait is over this service's bound of {bound_ms} ms (PGLIMIT_REQUEST_TIMEOUT_MS less the \
+         longest wait on Postgres and 1 s, at most 60 s)"
+    )]
+    MaxWait { bound_ms: u64 },
 }
 
 /// An ad hoc request, validated.

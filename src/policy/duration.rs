@@ -19,7 +19,28 @@ pub fn parse_block_for(text: &str) -> Result<Duration, String> {
     parse_duration(text, "a block")
 }
 
+/// The longest `max_wait` however long requests may take: a caller that
+/// would wait longer wants a queue, not a rate limit.
+pub const MAX_WAIT_CEILING: Duration = Duration::from_secs(60);
+
+/// A check's `max_wait`: the same syntax, from 0 to `most`.
+pub fn parse_max_wait(text: &str, most: Duration) -> Result<Duration, String> {
+    let wait = parse_amount(text)?;
+    if wait > most {
+        return Err(format!("{text:?} is out of range: max_wait must be at most {}", format_window(most)));
+    }
+    Ok(wait)
+}
+
 fn parse_duration(text: &str, what: &str) -> Result<Duration, String> {
+    let window = parse_amount(text)?;
+    if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+        return Err(format!("{text:?} is out of range: {what} must be between 100ms and 366d"));
+    }
+    Ok(window)
+}
+
+fn parse_amount(text: &str) -> Result<Duration, String> {
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
     let unit_ms: u64 = match unit {
@@ -37,11 +58,7 @@ fn parse_duration(text: &str, what: &str) -> Result<Duration, String> {
     let number: u64 = number.parse().map_err(|_| {
         format!("{text:?} is not a duration: it needs a whole number before the unit, e.g. \"60s\"")
     })?;
-    let window = Duration::from_millis(number.saturating_mul(unit_ms));
-    if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-        return Err(format!("{text:?} is out of range: {what} must be between 100ms and 366d"));
-    }
-    Ok(window)
+    Ok(Duration::from_millis(number.saturating_mul(unit_ms)))
 }
 
 /// The shortest way to write `window` in the same syntax.

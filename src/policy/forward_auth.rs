@@ -8,6 +8,7 @@
 //! email = { header = "x-user-email" }
 //! cost_header = "x-ratelimit-cost"     # optional; absent header: cost 1
 //! deny_status = 403                     # optional; 429 (default) or 403
+//! max_wait = "2s"                       # optional; hold a denied request up to this
 //! ```
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub const MAX_TRUSTED_HOPS: u8 = 16;
 /// The options of the table; every other key names an identifier.
 const COST_HEADER: &str = "cost_header";
 const DENY_STATUS: &str = "deny_status";
+const MAX_WAIT: &str = "max_wait";
 
 /// Where each identifier of a policy comes from in a forward-auth request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub struct ForwardAuth {
     pub cost_header: Option<String>,
     /// 429, or 403 for nginx, whose `auth_request` passes on only 401 and 403.
     pub deny_status: u16,
+    /// Hold a request that would be denied up to this long, as a check's
+    /// `max_wait` (cut to the service's bound, see `limiter::WaitLimits`).
+    pub max_wait: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,15 +68,17 @@ pub(super) fn validate(
     raw: &RawForwardAuth,
     identifiers: &BTreeMap<String, IdentifierKind>,
 ) -> Result<ForwardAuth, Mistake> {
-    let mut auth = ForwardAuth { sources: BTreeMap::new(), cost_header: None, deny_status: 429 };
+    let mut auth =
+        ForwardAuth { sources: BTreeMap::new(), cost_header: None, deny_status: 429, max_wait: None };
     for (key, value) in raw.get_ref() {
         match key.get_ref().as_str() {
             COST_HEADER => auth.cost_header = Some(header_name(value, COST_HEADER)?),
             DENY_STATUS => auth.deny_status = deny_status(value)?,
+            MAX_WAIT => auth.max_wait = Some(max_wait(value)?),
             name => {
                 let Some(&kind) = identifiers.get(name) else {
                     let message = format!(
-                        "{name:?} is not one of this policy's identifiers (nor {COST_HEADER} or {DENY_STATUS})"
+                        "{name:?} is not one of this policy's identifiers (nor {COST_HEADER}, {DENY_STATUS} or {MAX_WAIT})"
                     );
                     return Err(Mistake::at(key, "", message));
                 };
@@ -80,7 +87,7 @@ pub(super) fn validate(
         }
     }
     if let Some(name) = identifiers.keys().find(|n| !auth.sources.contains_key(*n)) {
-        let message = if [COST_HEADER, DENY_STATUS].contains(&name.as_str()) {
+        let message = if [COST_HEADER, DENY_STATUS, MAX_WAIT].contains(&name.as_str()) {
             format!("the identifier {name:?} shares its name with an option of this table: rename it")
         } else {
             format!("no entry for the identifier {name:?}: add {name} = {{ header = \"...\" }}")
@@ -123,6 +130,16 @@ fn deny_status(value: &Spanned<toml::Value>) -> Result<u16, Mistake> {
             Err(Mistake::at(value, DENY_STATUS, "must be 429 (the default) or 403 (for nginx auth_request)"))
         }
     }
+}
+
+/// Checked against the ceiling here; the service's own bound (from its
+/// timeouts) is applied on each request.
+fn max_wait(value: &Spanned<toml::Value>) -> Result<std::time::Duration, Mistake> {
+    let text = value
+        .get_ref()
+        .as_str()
+        .ok_or_else(|| Mistake::at(value, MAX_WAIT, "expected a duration such as \"2s\""))?;
+    super::parse_max_wait(text, super::MAX_WAIT_CEILING).map_err(|m| Mistake::at(value, MAX_WAIT, m))
 }
 
 /// A header name is an RFC 9110 token; kept lower-case.

@@ -48,7 +48,7 @@ fn an_entry_for_an_undeclared_identifier_names_its_line() {
     assert_eq!(
         err,
         "policies.p: forward_auth (line 11, column 1): \"user\" is not one of this policy's identifiers \
-         (nor cost_header or deny_status)"
+         (nor cost_header, deny_status or max_wait)"
     );
 }
 

@@ -19,6 +19,7 @@ use super::{AppState, MAX_BODY_BYTES};
 use crate::algorithm::Algorithm;
 use crate::error::Error;
 use crate::limiter::{CheckError, CheckRequest, Decision};
+use crate::policy::parse_max_wait;
 use crate::storage::CallTiming;
 use crate::telemetry::SlowCheck;
 
@@ -29,16 +30,32 @@ pub async fn check(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;
-    let request = parse(&body_bytes(body)?)?;
-    Ok(respond(decide(&state, &request).await?))
+    let (request, max_wait) = parse_check(&body_bytes(body)?)?;
+    let max_wait = max_wait.map(|text| wait_of(&state, &text)).transpose()?;
+    Ok(respond(decide(&state, &request, max_wait).await?))
+}
+
+/// A `max_wait` as written, within this service's bound.
+fn wait_of(state: &AppState, text: &str) -> Result<Duration, Error> {
+    let bound = state.limiter.waiters().limits().max_wait;
+    parse_max_wait(text, bound).map_err(|reason| Error::field("max_wait", format!("max_wait: {reason}")))
 }
 
 /// Decides `request` and notes the outcome on the request's span and in the
 /// slow-check log: the one path of `/check`, `/auth/{policy}` and gRPC.
-pub async fn decide(state: &AppState, request: &CheckRequest) -> Result<Decision, CheckError> {
-    // Timed only for the slow-check log, so not at all when it is off.
+/// With `max_wait`, a check that would be denied may be held (see
+/// `limiter::waiting`).
+pub async fn decide(
+    state: &AppState,
+    request: &CheckRequest,
+    max_wait: Option<Duration>,
+) -> Result<Decision, CheckError> {
+    // Timed only for the slow-check log, so not at all when it is off; a
+    // check held by max_wait took its time by request, and is left out.
     let started = state.slow_checks.enabled().then(Instant::now);
-    let decision = state.limiter.check(request).await;
+    let decision = state.limiter.check_waiting(request, max_wait).await;
+    let held = decision.as_ref().is_ok_and(|d| d.waited_ms.is_some_and(|ms| ms > 0));
+    let started = started.filter(|_| !held);
     // An invalid request's policy name is the caller's text, not configuration: left out.
     let outcome = match &decision {
         Ok(decision) => {
@@ -146,21 +163,30 @@ struct CheckBody {
     cost: Option<u64>,
     /// `/reset` only: which of the check's buckets to reset.
     buckets: Option<Vec<String>>,
+    /// `/check` only: how long the check may be held for room (`"2s"`).
+    max_wait: Option<String>,
 }
 
 /// Parses a body into one of the two forms; every error names the field at
 /// fault. The values are validated by the limiter.
 pub fn parse(body: &[u8]) -> Result<CheckRequest, Error> {
-    let raw: CheckBody = deserialize(body)?;
+    parse_check(body).map(|(request, _)| request)
+}
+
+/// [`parse`], with the `max_wait` as written, if any.
+pub fn parse_check(body: &[u8]) -> Result<(CheckRequest, Option<String>), Error> {
+    let mut raw: CheckBody = deserialize(body)?;
     if raw.buckets.is_some() {
         return Err(Error::field("buckets", "buckets goes with POST /reset, not /check"));
     }
-    request(raw)
+    let max_wait = raw.max_wait.take();
+    Ok((request(raw)?, max_wait))
 }
 
 /// A `/reset` body: a check's, and optionally which of its buckets.
 pub fn parse_reset(body: &[u8]) -> Result<(CheckRequest, Option<Vec<String>>), Error> {
     let mut raw: CheckBody = deserialize(body)?;
+    reject_present("max_wait", raw.max_wait.is_some(), "/reset")?;
     let buckets = raw.buckets.take();
     Ok((request(raw)?, buckets))
 }

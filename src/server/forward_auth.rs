@@ -29,7 +29,9 @@ pub async fn forward_auth(
     };
     let table = table_of(&state, &name)?;
     let request = request(name, &table, &headers)?;
-    let decision = decide(&state, &request).await.map_err(|e| blame_header(e, &table))?;
+    // The operator's max_wait, within what this service's timeouts allow.
+    let max_wait = table.max_wait.map(|w| w.min(state.limiter.waiters().limits().max_wait));
+    let decision = decide(&state, &request, max_wait).await.map_err(|e| blame_header(e, &table))?;
     let denied = StatusCode::from_u16(table.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
     Ok(respond_as(decision, denied))
 }

@@ -94,7 +94,7 @@ impl RateLimitService for Envoy {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let Asked { check, descriptors } = envoy::read(request.into_inner())?;
         let policy = self.state.limiter.policies().get(check.policy_label()).cloned();
-        match decide(&self.state, &check).await {
+        match decide(&self.state, &check, None).await {
             Ok(decision) => Ok(Response::new(envoy::respond(&decision, policy.as_deref(), &descriptors))),
             Err(CheckError::StoreUnavailable) => Ok(Response::new(envoy::fail_closed(descriptors.len()))),
             Err(CheckError::Invalid(invalid)) => Err(status_of(invalid)),

@@ -252,6 +252,10 @@ pub trait Leases: Send + Sync {
     /// Extends the lease by its lease time from now; answers when it ends,
     /// or `None` if it has ended, was released, or does not exist.
     fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
+
+    /// The keys whose slots a release frees, as heard from any instance
+    /// (this one's included), from now on.
+    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key>;
 }
 
 /// A key to block, with the names an operator will see it by.

@@ -27,3 +27,6 @@ mod properties;
 mod replay;
 mod slow_checks;
 mod stalls;
+mod waiting;
+mod waiting_errors;
+mod waiting_leases;

@@ -93,7 +93,8 @@ fn every_algorithm_and_request_field_is_in_the_description() {
     for algorithm in pglimit::algorithm::Algorithm::ALL {
         assert!(text.contains(&format!("\"{}\"", algorithm.name())), "{}", algorithm.name());
     }
-    for field in ["policy", "identifiers", "key", "limit", "window", "algorithm", "lease", "cost"] {
+    for field in ["policy", "identifiers", "key", "limit", "window", "algorithm", "lease", "cost", "max_wait"]
+    {
         assert!(text.contains(&format!("\"{field}\"")), "{field}");
     }
 }

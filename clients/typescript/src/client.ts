@@ -1,6 +1,7 @@
 import { PglimitProblemError, PglimitTimeoutError, PglimitUnavailableError } from "./errors.js";
 import type {
   CallOptions,
+  CheckOptions,
   CheckRequest,
   Decision,
   Lease,
@@ -55,9 +56,15 @@ export class Pglimit {
     this.#fetch = options.fetch;
   }
 
-  /** Checks and, if allowed, consumes `cost` (default 1) from every bucket of the check. */
-  check(request: CheckRequest, options?: CallOptions): Promise<PglimitResult> {
-    return this.#call(this.#checkUrl, request, options);
+  /**
+   * Checks and, if allowed, consumes `cost` (default 1) from every bucket of
+   * the check; with `maxWait`, pglimit may hold a denied check until admitted.
+   */
+  check(request: CheckRequest, options?: CheckOptions): Promise<PglimitResult> {
+    const maxWait = options?.maxWait;
+    if (maxWait === undefined) return this.#call(this.#checkUrl, request, options);
+    const body = { ...request, max_wait: typeof maxWait === "number" ? `${Math.round(maxWait)}ms` : maxWait };
+    return this.#call(this.#checkUrl, body, options, waitMs(body.max_wait));
   }
 
   /** Reports the state without consuming anything (a check of cost 0). */
@@ -100,7 +107,7 @@ export class Pglimit {
   async withLease<T>(
     request: CheckRequest,
     fn: (result: PglimitResult) => Promise<T> | T,
-    options?: CallOptions,
+    options?: CheckOptions,
   ): Promise<LeaseOutcome<T>> {
     const result = await this.check(request, options);
     if (!result.allowed) return { allowed: false, result };
@@ -149,15 +156,17 @@ export class Pglimit {
     }
   }
 
-  async #call(url: string, body: object, options: CallOptions | undefined): Promise<PglimitResult> {
+  async #call(url: string, body: object, options: CallOptions | undefined, heldMs = 0): Promise<PglimitResult> {
     const callerSignal = options?.signal;
     callerSignal?.throwIfAborted();
     const controller = new AbortController();
     let timedOut = false;
+    // A check pglimit may hold gets that much longer to answer.
+    const timeoutMs = this.#timeoutMs + heldMs;
     const timer = setTimeout(() => {
       timedOut = true;
-      controller.abort(new PglimitTimeoutError(this.#timeoutMs));
-    }, this.#timeoutMs);
+      controller.abort(new PglimitTimeoutError(timeoutMs));
+    }, timeoutMs);
     const onCallerAbort = () => controller.abort(callerSignal?.reason);
     callerSignal?.addEventListener("abort", onCallerAbort, { once: true });
     try {
@@ -255,8 +264,17 @@ function toResult(d: Decision, h: Headers, requestId: string | undefined): Pglim
   if (d.blocked_by !== undefined) result.blockedBy = d.blocked_by;
   if (d.override !== undefined) result.override = d.override;
   if (d.lease !== undefined) result.lease = { id: d.lease.id, expiresAt: new Date(d.lease.expires_at) };
+  if (d.waited_ms !== undefined) result.waitedMs = d.waited_ms;
   if (requestId !== undefined) result.requestId = requestId;
   return result;
+}
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Milliseconds in a `max_wait` as the service writes it; 0 for text it would refuse (a 400, at once). */
+function waitMs(text: string): number {
+  const match = /^([0-9]+)(ms|s|m|h|d)$/.exec(text);
+  return match ? Number(match[1]) * (UNIT_MS[match[2] ?? ""] ?? 0) : 0;
 }
 
 function storeUnavailable(h: Headers, requestId: string | undefined): PglimitResult {

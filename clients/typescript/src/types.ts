@@ -89,6 +89,8 @@ export interface PglimitResult {
   override?: OverrideMatch;
   /** Admitted by a concurrency bucket in Postgres: the slots it holds (none when admitted from memory in an outage). */
   lease?: Lease;
+  /** With `maxWait`: how long pglimit held the check, in ms (0: answered at once). */
+  waitedMs?: number;
   /** The service's `x-request-id`, to find the request in its logs. */
   requestId?: string;
   headers: RateLimitHeaders;
@@ -114,4 +116,14 @@ export interface PglimitOptions {
 export interface CallOptions {
   /** Aborting it abandons the call and rejects with the signal's reason (never turned into an `onError` outcome). */
   signal?: AbortSignal;
+}
+
+export interface CheckOptions extends CallOptions {
+  /**
+   * Hold a check that would be denied up to this long, in milliseconds or as
+   * the service writes it (`"2s"`): pglimit answers when it is admitted, or
+   * with the denial once `maxWait` has passed. The call's `timeoutMs` is
+   * extended by it.
+   */
+  maxWait?: number | string;
 }

@@ -152,6 +152,16 @@ pub static SLOW_CHECKS: Setting<Range<usize>> = Setting {
     secret: false,
 };
 
+pub static MAX_WAITING: Setting<Range<usize>> = Setting {
+    var: "PGLIMIT_MAX_WAITING",
+    flag: "max-waiting",
+    values: Range { noun: "a number of checks", min: 0, max: 1_000_000 },
+    unset: Is("500"),
+    help: "Most checks held by max_wait at once per instance; past it a check answers at once. 0: none \
+           held.",
+    secret: false,
+};
+
 pub static WORKER_THREADS: Setting<Range<usize>> = Setting {
     var: "PGLIMIT_WORKER_THREADS",
     flag: "worker-threads",

@@ -206,6 +206,10 @@ impl<S: Store + Leases> Leases for DenyCache<S> {
     async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.inner.renew(id).await
     }
+
+    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
+        self.inner.releases_heard()
+    }
 }
 
 /// Identifies a check exactly: the same fingerprint means the same buckets,

@@ -249,6 +249,10 @@ impl<P: Primary> Leases for FallbackStore<P> {
         self.refuse_if_degraded()?;
         self.inner.primary.renew(id).await
     }
+
+    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
+        self.inner.primary.releases_heard()
+    }
 }
 
 /// Actions must reach every instance, which only Postgres can do: while

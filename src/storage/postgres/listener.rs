@@ -19,11 +19,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::storage::{Key, Stale};
 
 pub const CHANNEL: &str = "pglimit_actions";
+
+/// What a released lease's notification starts with, in place of a generation.
+const RELEASED: &str = "released";
+/// Releases heard and not yet taken by the waiters before the oldest is dropped.
+const RELEASES_KEPT: usize = 1024;
 
 /// More keys than this in one action are announced as everything (a
 /// notification's payload is at most 8000 bytes).
@@ -45,6 +50,16 @@ pub(super) struct Heard {
     /// Woken when the API overrides may have changed (holds one wake-up
     /// while nobody waits, so none is lost between two loads).
     overrides: tokio::sync::Notify,
+    releases: Releases,
+}
+
+/// The keys released leases freed slots in, for waiters to take them.
+struct Releases(broadcast::Sender<Key>);
+
+impl Default for Releases {
+    fn default() -> Self {
+        Self(broadcast::channel(RELEASES_KEPT).0)
+    }
 }
 
 impl Heard {
@@ -65,6 +80,10 @@ impl Heard {
         } else {
             self.note_keys(keys);
         }
+        if generation == RELEASED {
+            // After noting them stale: a waiter woken rechecks past any denial remembered.
+            keys.split(',').filter_map(parse_key).for_each(|key| drop(self.releases.0.send(key)));
+        }
         if let Ok(generation) = generation.parse::<u64>() {
             self.generation.fetch_max(generation, Ordering::AcqRel);
         }
@@ -80,6 +99,11 @@ impl Heard {
     fn missed(&self) {
         self.note(Stale::All);
         self.overrides.notify_one();
+    }
+
+    /// The keys of the releases heard from now on.
+    pub fn releases(&self) -> broadcast::Receiver<Key> {
+        self.releases.0.subscribe()
     }
 
     /// Completes at the next sign that the API overrides may have changed.

@@ -346,6 +346,10 @@ impl crate::storage::Leases for PgStore {
     async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.actions.renew(&self.session, id).await
     }
+
+    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
+        self.heard.releases()
+    }
 }
 
 impl Primary for PgStore {

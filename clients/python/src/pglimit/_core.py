@@ -47,6 +47,13 @@ class Settings:
         if token is not None:
             self.headers["authorization"] = f"Bearer {token}"
 
+    def timeout_for(self, max_wait: Optional[Window]) -> httpx.Timeout:
+        """The call's timeout: ``max_wait`` longer for a check pglimit may hold."""
+        if max_wait is None:
+            return self.timeout
+        base = self.timeout.read if self.timeout.read is not None else 0.0
+        return httpx.Timeout(base + window_seconds(max_wait))
+
     def request_headers(self, request_id: Optional[str]) -> Dict[str, str]:
         if request_id is None:
             return self.headers
@@ -61,6 +68,24 @@ def format_window(window: Window) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def window_seconds(window: Window) -> float:
+    """Seconds in a window or ``max_wait`` (``"2s"``, ``"500ms"``, a timedelta).
+
+    Text pglimit would refuse counts as 0 here: the service answers it with
+    a 400 naming the field at once, so it needs no longer a timeout.
+    """
+    if not isinstance(window, str):
+        return max(window.total_seconds(), 0.0)
+    digits = window.rstrip("mshd")
+    unit = window[len(digits):]
+    if not digits.isdigit() or unit not in _UNIT_SECONDS:
+        return 0.0
+    return int(digits) * _UNIT_SECONDS[unit]
+
+
 def build_body(
     *,
     policy: Optional[str],
@@ -72,6 +97,7 @@ def build_body(
     cost: int,
     buckets: Optional[Sequence[str]] = None,
     lease: Optional[Window] = None,
+    max_wait: Optional[Window] = None,
 ) -> Dict[str, Any]:
     """The JSON body of /check or /reset, for exactly one of the two forms.
 
@@ -109,6 +135,8 @@ def build_body(
             body["algorithm"] = algorithm
     else:
         raise TypeError("give either policy and identifiers, or key, limit and window")
+    if max_wait is not None:
+        body["max_wait"] = format_window(max_wait)
     if buckets is not None:
         if isinstance(buckets, str):
             raise TypeError("buckets is a list of bucket names, not one string")

@@ -55,6 +55,7 @@ class AsyncPglimit:
         policy: str,
         identifiers: Mapping[str, str],
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -67,6 +68,7 @@ class AsyncPglimit:
         window: Window,
         algorithm: Optional[Algorithm] = None,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -79,6 +81,7 @@ class AsyncPglimit:
         algorithm: Literal["concurrency"],
         lease: Window,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -93,14 +96,20 @@ class AsyncPglimit:
         algorithm: Optional[Algorithm] = None,
         lease: Optional[Window] = None,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult:
-        """Check and, if allowed, consume ``cost`` units (all buckets or none)."""
+        """Check and, if allowed, consume ``cost`` units (all buckets or none).
+
+        With ``max_wait`` (``"2s"`` or a timedelta), a check that would be
+        denied is held by pglimit until it is admitted or ``max_wait`` has
+        passed; the call's timeout is extended by ``max_wait``.
+        """
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=cost, lease=lease,
+            window=window, algorithm=algorithm, cost=cost, lease=lease, max_wait=max_wait,
         )  # fmt: skip
-        return await self._post(self._settings.check_url, body, request_id)
+        return await self._post(self._settings.check_url, body, request_id, max_wait)
 
     @overload
     async def peek(
@@ -249,12 +258,17 @@ class AsyncPglimit:
         except httpx.HTTPError as exc:
             return exc
 
-    async def _post(self, url: str, body: object, request_id: Optional[str]) -> CheckResult:
+    async def _post(
+        self, url: str, body: object, request_id: Optional[str], max_wait: Optional[Window] = None
+    ) -> CheckResult:
         s = self._settings
         response: Union[httpx.Response, httpx.HTTPError]
         try:
             response = await self._http.post(
-                url, json=body, headers=s.request_headers(request_id), timeout=s.timeout
+                url,
+                json=body,
+                headers=s.request_headers(request_id),
+                timeout=s.timeout_for(max_wait),
             )
         except httpx.HTTPError as exc:
             response = exc

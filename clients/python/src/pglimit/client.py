@@ -54,6 +54,7 @@ class Pglimit:
         policy: str,
         identifiers: Mapping[str, str],
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -66,6 +67,7 @@ class Pglimit:
         window: Window,
         algorithm: Optional[Algorithm] = None,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -78,6 +80,7 @@ class Pglimit:
         algorithm: Literal["concurrency"],
         lease: Window,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult: ...
 
@@ -92,14 +95,20 @@ class Pglimit:
         algorithm: Optional[Algorithm] = None,
         lease: Optional[Window] = None,
         cost: int = 1,
+        max_wait: Optional[Window] = None,
         request_id: Optional[str] = None,
     ) -> CheckResult:
-        """Check and, if allowed, consume ``cost`` units (all buckets or none)."""
+        """Check and, if allowed, consume ``cost`` units (all buckets or none).
+
+        With ``max_wait`` (``"2s"`` or a timedelta), a check that would be
+        denied is held by pglimit until it is admitted or ``max_wait`` has
+        passed; the call's timeout is extended by ``max_wait``.
+        """
         body = build_body(
             policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=cost, lease=lease,
+            window=window, algorithm=algorithm, cost=cost, lease=lease, max_wait=max_wait,
         )  # fmt: skip
-        return self._post(self._settings.check_url, body, request_id)
+        return self._post(self._settings.check_url, body, request_id, max_wait)
 
     @overload
     def peek(
@@ -248,12 +257,17 @@ class Pglimit:
         except httpx.HTTPError as exc:
             return exc
 
-    def _post(self, url: str, body: object, request_id: Optional[str]) -> CheckResult:
+    def _post(
+        self, url: str, body: object, request_id: Optional[str], max_wait: Optional[Window] = None
+    ) -> CheckResult:
         s = self._settings
         response: Union[httpx.Response, httpx.HTTPError]
         try:
             response = self._http.post(
-                url, json=body, headers=s.request_headers(request_id), timeout=s.timeout
+                url,
+                json=body,
+                headers=s.request_headers(request_id),
+                timeout=s.timeout_for(max_wait),
             )
         except httpx.HTTPError as exc:
             response = exc

@@ -94,6 +94,8 @@ class CheckResult:
     lease: Optional[Lease] = None
     request_id: Optional[str] = None
     headers: Dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: With ``max_wait``: how long pglimit held the check, in ms (0: at once).
+    waited_ms: Optional[int] = None
 
     def bucket(self, name: str) -> Optional[BucketResult]:
         """The bucket called ``name``, or None: buckets come in policy order."""
@@ -210,6 +212,8 @@ def parse_decision(
     blocked_by = body.get("blocked_by")
     raw_lease = body.get("lease")
     lease = parse_lease(raw_lease) if raw_lease is not None else None
+    waited = body.get("waited_ms")
+    waited_ms = waited if isinstance(waited, int) and not isinstance(waited, bool) else None
     return CheckResult(
         allowed=_bool(body, "allowed"),
         remaining=_int(body, "remaining"),
@@ -227,6 +231,7 @@ def parse_decision(
         lease=lease,
         request_id=request_id,
         headers=headers,
+        waited_ms=waited_ms,
     )
 
 

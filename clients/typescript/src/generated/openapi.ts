@@ -402,6 +402,7 @@ export interface components {
                 [key: string]: string;
             };
             cost?: components["schemas"]["Cost"];
+            max_wait?: components["schemas"]["MaxWait"];
         } | {
             key: string;
             limit: number;
@@ -419,6 +420,7 @@ export interface components {
              */
             algorithm?: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | null;
             cost?: components["schemas"]["Cost"];
+            max_wait?: components["schemas"]["MaxWait"];
         } | {
             key: string;
             /** @description At most this many slots held at once */
@@ -434,6 +436,11 @@ export interface components {
          * @default 1
          */
         Cost: number | null;
+        /**
+         * @description Hold a check that would be denied up to this long (0 to the service's bound: PGLIMIT_REQUEST_TIMEOUT_MS less the longest wait on Postgres and 1 s, at most 60s; 24s by default), answering when it is admitted (200) or at the deadline (429), both with waited_ms. Not held: a block, a deny override, a shadow policy, a wait whose room comes back after max_wait, or when PGLIMIT_MAX_WAITING checks are held already; those answer at once. Over the bound: a 400 naming max_wait
+         * @example 2s
+         */
+        MaxWait: string | null;
         Decision: {
             allowed: boolean;
             limit: number;
@@ -463,6 +470,8 @@ export interface components {
                 action: "limits" | "unlimited" | "deny";
             };
             lease?: components["schemas"]["Lease"];
+            /** @description Present when the check gave max_wait: how long it was held, in ms (0: answered at once) */
+            waited_ms?: number;
             buckets: {
                 name: string;
                 /** @enum {unknown} */

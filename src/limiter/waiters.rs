@@ -1,0 +1,229 @@
+//! The requests held by `max_wait`: one queue per key, served in arrival
+//! order within this instance, a bound on how many are held, and the two
+//! ways to hurry them: [`Waiters::wake`] (room was freed on a key) and
+//! [`Waiters::close`] (the service is shutting down).
+//!
+//! Queues signal through `watch` channels rather than `Notify`: a waiter
+//! that is between two looks at its queue still sees a change made then.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::policy::MAX_WAIT_CEILING;
+use crate::storage::Key;
+use crate::telemetry;
+
+/// What the operator allows: how many requests may be held at once
+/// (`PGLIMIT_MAX_WAITING`) and the longest `max_wait` accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitLimits {
+    pub max_waiting: usize,
+    pub max_wait: Duration,
+}
+
+impl WaitLimits {
+    /// A wait, then its last check (which may take `longest_check`), and the
+    /// answer's writing (1 s) end before the request timeout cuts the
+    /// request off with a 503.
+    pub fn new(max_waiting: usize, request_timeout: Duration, longest_check: Duration) -> Self {
+        let fits = request_timeout.saturating_sub(longest_check + Duration::from_secs(1));
+        Self { max_waiting, max_wait: fits.min(MAX_WAIT_CEILING) }
+    }
+}
+
+impl Default for WaitLimits {
+    /// Those of a service with default settings: 30 s requests, 5 s for
+    /// the longest check (20 × 250 ms), so waits of up to 24 s.
+    fn default() -> Self {
+        Self::new(500, Duration::from_secs(30), Duration::from_secs(5))
+    }
+}
+
+pub struct Waiters {
+    limits: WaitLimits,
+    queues: Mutex<HashMap<Key, Arc<Queue>>>,
+    held: AtomicUsize,
+    tickets: AtomicU64,
+    closing: watch::Sender<bool>,
+}
+
+/// The waiters on one key, first come first.
+struct Queue {
+    order: Mutex<VecDeque<u64>>,
+    /// Bumped when the front changes or the key is woken.
+    changed: watch::Sender<u64>,
+}
+
+/// A held request's place in its key's queue; leaving (dropping it) lets
+/// the next one recheck.
+pub struct Place<'w> {
+    waiters: &'w Waiters,
+    key: Key,
+    ticket: u64,
+    queue: Arc<Queue>,
+    pub changed: watch::Receiver<u64>,
+    pub closing: watch::Receiver<bool>,
+}
+
+impl Waiters {
+    pub fn new(limits: WaitLimits) -> Self {
+        let (closing, _) = watch::channel(false);
+        Self {
+            limits,
+            queues: Mutex::default(),
+            held: AtomicUsize::new(0),
+            tickets: AtomicU64::new(0),
+            closing,
+        }
+    }
+
+    pub fn limits(&self) -> WaitLimits {
+        self.limits
+    }
+
+    /// Room was freed on `key` (a lease released, heard through the
+    /// instances' notifications): its first waiter rechecks now rather
+    /// than at the time its denial named. A key nobody waits on costs a
+    /// map lookup.
+    pub fn wake(&self, key: &Key) {
+        if let Some(queue) = self.lock().get(key) {
+            queue.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// The service is stopping: every held request answers now (its last
+    /// denial), and none is held from now on.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Requests held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The first of `keys` that has waiters: a new request on it queues
+    /// behind them rather than taking the room they wait for.
+    pub fn queued_on<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> Option<Key> {
+        let queues = self.lock();
+        keys.into_iter().find(|k| queues.contains_key(*k)).copied()
+    }
+
+    /// A place at the back of `key`'s queue, or `None` when
+    /// `PGLIMIT_MAX_WAITING` requests are held already, or the service is
+    /// shutting down.
+    pub fn enter(&self, key: Key) -> Option<Place<'_>> {
+        if self.limits.max_waiting == 0 {
+            return None; // waiting is off: no series, nothing to count
+        }
+        let admitted = self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < self.limits.max_waiting).then_some(n + 1)
+        });
+        if admitted.is_err() || self.is_closed() {
+            if admitted.is_ok() {
+                self.held.fetch_sub(1, Ordering::AcqRel);
+            }
+            telemetry::wait_refused();
+            return None;
+        }
+        telemetry::waiting(self.held());
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let queue = Arc::clone(self.lock().entry(key).or_insert_with(|| {
+            let (changed, _) = watch::channel(0);
+            Arc::new(Queue { order: Mutex::default(), changed })
+        }));
+        lock(&queue.order).push_back(ticket);
+        let (changed, closing) = (queue.changed.subscribe(), self.closing.subscribe());
+        Some(Place { waiters: self, key, ticket, queue, changed, closing })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Arc<Queue>>> {
+        lock(&self.queues)
+    }
+}
+
+impl Place<'_> {
+    /// First in its queue: the one that rechecks.
+    pub fn is_first(&self) -> bool {
+        lock(&self.queue.order).front() == Some(&self.ticket)
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let mut queues = self.waiters.lock();
+        let mut order = lock(&self.queue.order);
+        let was_first = order.front() == Some(&self.ticket);
+        order.retain(|t| *t != self.ticket);
+        if order.is_empty() {
+            queues.remove(&self.key);
+        } else if was_first {
+            self.queue.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        drop((order, queues));
+        let held = self.waiters.held.fetch_sub(1, Ordering::AcqRel) - 1;
+        telemetry::waiting(held);
+    }
+}
+
+/// A poisoned lock only means a waiter panicked while holding it; the
+/// queue itself is still whole (every change is one call).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiters(max_waiting: usize) -> Waiters {
+        Waiters::new(WaitLimits { max_waiting, max_wait: Duration::from_secs(1) })
+    }
+
+    #[test]
+    fn the_first_to_enter_is_first_and_the_next_follows_when_it_leaves() {
+        let w = waiters(4);
+        let (first, second) = (w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room"));
+        assert!(first.is_first() && !second.is_first());
+        drop(first);
+        assert!(second.is_first());
+        assert_eq!(w.held(), 1);
+    }
+
+    #[test]
+    fn past_the_bound_or_after_close_nobody_is_held() {
+        let w = waiters(1);
+        let held = w.enter([1; 32]).expect("room");
+        assert!(w.enter([2; 32]).is_none(), "the bound is per instance, not per key");
+        drop(held);
+        w.close();
+        assert!(w.enter([2; 32]).is_none());
+        assert_eq!(w.held(), 0);
+    }
+
+    #[test]
+    fn a_queue_is_forgotten_when_its_last_waiter_leaves() {
+        let w = waiters(4);
+        let place = w.enter([3; 32]).expect("room");
+        assert_eq!(w.queued_on([&[9; 32], &[3; 32]]), Some([3; 32]));
+        drop(place);
+        assert_eq!(w.queued_on([&[3; 32]]), None);
+    }
+
+    #[test]
+    fn waking_a_key_tells_its_waiters() {
+        let w = waiters(4);
+        let mut place = w.enter([5; 32]).expect("room");
+        place.changed.mark_unchanged();
+        w.wake(&[5; 32]);
+        assert!(place.changed.has_changed().unwrap_or(false));
+    }
+}

@@ -1,0 +1,209 @@
+//! `max_wait`: a check that would be denied, and could pass within
+//! `max_wait`, is held and checked again when its denial says room comes
+//! back (or when [`Waiters::wake`] says room was freed), until it is
+//! admitted or its deadline passes. Each recheck is one round trip; nothing
+//! polls between them.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use super::plan::Applied;
+use super::waiters::{Place, Waiters};
+use super::{BucketDecision, CheckError, CheckRequest, Decision, Invalid, Limiter};
+use crate::algorithm::Algorithm;
+use crate::storage::{Key, Leases, Store};
+use crate::telemetry;
+
+/// The shortest sleep between two rechecks, so that a denial naming a
+/// time already past cannot turn the wait into a busy loop.
+const MIN_RECHECK: Duration = Duration::from_millis(10);
+
+/// Wakes the waiters on each key whose slots a released lease freed, as
+/// the store hears of releases on any instance, for as long as `limiter`
+/// lives. Behind a transaction pooler nothing is heard: waiters recheck
+/// when the earliest lease ends, or at their deadline.
+pub fn wake_on_releases<S: Store + Leases + 'static>(limiter: &Arc<Limiter<S>>) {
+    let mut heard = limiter.store.releases_heard();
+    let limiter: Weak<Limiter<S>> = Arc::downgrade(limiter);
+    tokio::spawn(async move {
+        loop {
+            let key = match heard.recv().await {
+                Ok(key) => Some(key),
+                Err(RecvError::Lagged(_)) => None, // those waiters recheck at their time
+                Err(RecvError::Closed) => return,
+            };
+            let Some(live) = limiter.upgrade() else { return };
+            if let Some(key) = key {
+                live.waiters.wake(&key);
+            }
+        }
+    });
+}
+
+impl<S: Store> Limiter<S> {
+    /// Who is held, and the entry point that wakes them.
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Decides `request`, holding it up to `max_wait` if it would be
+    /// denied; `None` or zero: [`Limiter::check`]. The answer's `waited_ms`
+    /// says how long it was held.
+    pub async fn check_waiting(
+        &self,
+        request: &CheckRequest,
+        max_wait: Option<Duration>,
+    ) -> Result<Decision, CheckError> {
+        let Some(max_wait) = max_wait.filter(|w| !w.is_zero()) else {
+            return self.check(request).await;
+        };
+        let bound = self.waiters.limits().max_wait;
+        if max_wait > bound {
+            return Err(Invalid::MaxWait { bound_ms: bound.as_millis() as u64 }.into());
+        }
+        let started = Instant::now();
+        let deadline = started + max_wait;
+        let (queue, first) = match self.arrive(request, deadline).await? {
+            Arrival::Queue(key, first) => (key, first),
+            Arrival::Answer(decision) => return Ok(decision.waited(Duration::ZERO)),
+        };
+        let Some(place) = self.waiters.enter(queue) else {
+            return self.answer_now(request, first).await.map(|d| d.waited(Duration::ZERO));
+        };
+        let decision = self.wait(request, place, first, deadline).await?;
+        telemetry::wait_ended(decision.allowed);
+        Ok(decision.waited(started.elapsed()))
+    }
+
+    /// Where a new request with `max_wait` goes: behind this instance's
+    /// waiters on one of its keys, whatever the store would say (so it
+    /// cannot take the room they wait for); else it checks, and queues only
+    /// if its denial is one waiting could turn.
+    async fn arrive(&self, request: &CheckRequest, deadline: Instant) -> Result<Arrival, CheckError> {
+        let keys: Vec<Key> = self.plan(request)?.batch.buckets.iter().map(|b| b.key).collect();
+        if let Some(key) = self.waiters.queued_on(&keys) {
+            return Ok(Arrival::Queue(key, None));
+        }
+        let first = self.check(request).await?;
+        Ok(match held_for(&first, deadline) {
+            Some(key) => Arrival::Queue(key, Some(first)),
+            None => Arrival::Answer(first),
+        })
+    }
+
+    /// Holds `request` at `place` until it is admitted, its deadline
+    /// passes, or the service shuts down; `last` is its latest denial.
+    async fn wait(
+        &self,
+        request: &CheckRequest,
+        mut place: Place<'_>,
+        mut last: Option<Decision>,
+        deadline: Instant,
+    ) -> Result<Decision, CheckError> {
+        loop {
+            if !place.is_first() {
+                // Rechecked at once on reaching the front: the one before
+                // left because it was admitted (room may remain) or gave up.
+                last = None;
+                match until(&mut place, deadline).await {
+                    Woke::Changed => continue,
+                    Woke::Time | Woke::Closing => break,
+                }
+            }
+            if let Some(denial) = &last {
+                let at = retry_instant(denial).max(Instant::now() + MIN_RECHECK);
+                match until(&mut place, at.min(deadline)).await {
+                    Woke::Closing => break,
+                    Woke::Time if Instant::now() >= deadline => break,
+                    Woke::Time | Woke::Changed => {}
+                }
+            }
+            let decision = self.check(request).await?;
+            if decision.allowed || held_for(&decision, deadline).is_none() {
+                return Ok(decision);
+            }
+            last = Some(decision);
+        }
+        self.answer_now(request, last).await
+    }
+
+    /// The denial to answer with: the latest, or, for a request that never
+    /// checked (it queued behind others), one check now.
+    async fn answer_now(
+        &self,
+        request: &CheckRequest,
+        last: Option<Decision>,
+    ) -> Result<Decision, CheckError> {
+        match last {
+            Some(denial) => Ok(denial),
+            None => self.check(request).await,
+        }
+    }
+}
+
+/// What becomes of a request with `max_wait` when it arrives.
+enum Arrival {
+    /// It waits in the queue of this key, with its first denial if it checked.
+    Queue(Key, Option<Decision>),
+    /// It is answered now: admitted, or a denial waiting cannot turn.
+    Answer(Decision),
+}
+
+/// Why a held request stopped sleeping.
+enum Woke {
+    /// The time it slept until came.
+    Time,
+    /// Its queue changed: the front left, or its key was woken.
+    Changed,
+    /// The service is shutting down.
+    Closing,
+}
+
+/// Sleeps until `at`, or until the queue changes or the service stops.
+async fn until(place: &mut Place<'_>, at: Instant) -> Woke {
+    if *place.closing.borrow() {
+        return Woke::Closing;
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(at) => Woke::Time,
+        Ok(()) = place.changed.changed() => Woke::Changed,
+        _ = place.closing.changed() => Woke::Closing,
+    }
+}
+
+/// The key to wait on if `decision` is a denial that waiting could turn:
+/// not a block, not a deny list, not shadow, and room due by `deadline`.
+/// A release can free a concurrency slot at any time, so only the other
+/// buckets' room must be due; such a request waits on its concurrency key,
+/// which a release heard from any instance wakes.
+fn held_for(decision: &Decision, deadline: Instant) -> Option<Key> {
+    let deny_listed = decision.matched.as_ref().is_some_and(|m| m.action == Applied::Deny);
+    if decision.allowed || decision.blocked_by.is_some() || deny_listed || decision.shadow {
+        return None;
+    }
+    let denying = || decision.buckets.iter().filter(|b| !b.allowed);
+    let timed = denying().filter(|b| b.algorithm != Algorithm::Concurrency);
+    (room_at(decision, timed) <= deadline).then_some(())?;
+    let slots = denying().find(|b| b.algorithm == Algorithm::Concurrency);
+    slots.or_else(|| denying().max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))).map(|b| b.key)
+}
+
+/// When `decision`'s every denying bucket has room again, on this
+/// instance's clock (the time is the store's, so counted from its `now`).
+fn retry_instant(decision: &Decision) -> Instant {
+    room_at(decision, decision.buckets.iter().filter(|b| !b.allowed))
+}
+
+/// When every one of `buckets` has room again, on this instance's clock.
+fn room_at<'a>(decision: &Decision, buckets: impl Iterator<Item = &'a BucketDecision>) -> Instant {
+    let at = buckets.map(|b| b.retry_at.unwrap_or(b.reset_at)).max().unwrap_or(decision.now);
+    Instant::now() + until_time(decision.now, at)
+}
+
+fn until_time(now: DateTime<Utc>, at: DateTime<Utc>) -> Duration {
+    (at - now).to_std().unwrap_or(Duration::ZERO)
+}
