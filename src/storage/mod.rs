@@ -31,7 +31,7 @@ pub use memory::MemoryStore;
 pub use overrides::{AddedOverride, LoadedOverrides, Overrides, StoredOverride, OVERRIDES_POLL_EVERY};
 pub use postgres::{
     functions_schema, kept_connections, migrate, Citus, PgStore, PgStoreOptions, Pooler, Reach, ALIVE_FOR,
-    BEAT_EVERY,
+    BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
 

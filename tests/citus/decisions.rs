@@ -130,7 +130,9 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
     }
     let (Some((one, _)), Some(other)) = (one, other) else { panic!("every shard on one worker") };
     let now: DateTime<Utc> = "2032-03-01T00:00:00.5Z".parse().expect("time");
-    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+    // Concurrency buckets are refused in Citus mode (see the test below).
+    let algorithms = Algorithm::ALL.into_iter().filter(|a| *a != Algorithm::Concurrency);
+    for (i, algorithm) in algorithms.enumerate() {
         let roomy = spec(one, i as u8, algorithm, 10, 60_000);
         let full = spec(other, i as u8, Algorithm::FixedWindow, 1, 60_000);
         let one = |buckets: Vec<BucketSpec>| CheckBatch {
@@ -149,4 +151,16 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
         let after = pg.check_as_of(&peek, now).await.expect("answer");
         assert_eq!(after.buckets[0].remaining, 10, "{algorithm:?}: nothing kept by the denied check");
     }
+}
+
+/// Leases live in one table on a single node: a concurrency check is
+/// refused on its own, naming Citus mode, rather than batched with others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_concurrency_check_is_refused_naming_citus_mode() {
+    let pg = common::pg_store(&cluster().0).await;
+    let slot = spec(1, 99, Algorithm::Concurrency, 2, 30_000);
+    let batch = CheckBatch { buckets: vec![slot], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+    let refused = pg.check_as_of(&batch, Utc::now()).await.expect_err("refused");
+    assert!(refused.to_string().contains(pglimit::storage::CONCURRENCY_ON_CITUS), "{refused}");
 }

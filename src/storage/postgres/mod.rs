@@ -173,6 +173,12 @@ impl PgStore {
     }
 
     async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Answer, StoreError> {
+        let concurrency =
+            batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency);
+        if concurrency && !self.session.layout().takes_leases() {
+            // Refused alone, before the lane: it would fail the call of every check batched with it.
+            return Err(StoreError::Failed(CONCURRENCY_ON_CITUS.into()));
+        }
         if let Some(parts) = self.session.layout().split(batch) {
             return self.submit_parts(parts, batch, now).await;
         }
@@ -255,14 +261,11 @@ impl PgStore {
     }
 }
 
+/// Leases are kept in one table on a single node (`sql/leases.sql`).
+pub const CONCURRENCY_ON_CITUS: &str = "concurrency buckets are not supported in Citus mode";
+
 impl Store for PgStore {
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        let concurrency =
-            batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency);
-        if concurrency && !self.session.layout().takes_leases() {
-            // Refused alone, before the lane: it would fail the call of every check batched with it.
-            return Err(StoreError::Failed("concurrency buckets are not supported in Citus mode".into()));
-        }
         let answer = self.submit(batch, None).await?;
         self.cleanup.maybe_start(&self.session);
         Ok(answer)
