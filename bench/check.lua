@@ -37,7 +37,8 @@
 --   BENCH_LIMIT  limit sent with every check (default 1000000000)
 --   BENCH_WINDOW window sent with every check (default 1h)
 --   BENCH_ALGORITHM  random mode: the "algorithm" sent with every check
---                (default: none, so the fixed window)
+--                (default: none, so the fixed window); "concurrency" sends
+--                BENCH_WINDOW as the lease
 --   BENCH_POLICY the policy named in policy and auth modes (default "bench",
 --                bench/policies.toml)
 --   BENCH_POOL   login, contact and mixed modes: requests pre-rendered per
@@ -70,6 +71,11 @@ local path = (mode == "reset") and "/reset" or "/check"
 local requests = {}
 
 local function body_for(key)
+  if algorithm == "concurrency" then
+    -- A slot held for BENCH_WINDOW (a lease, never released here): the
+    -- check's cost with the lease row it writes.
+    return string.format('{"key":"%s","limit":%s,"lease":"%s","algorithm":"concurrency"}', key, limit, window)
+  end
   if algorithm ~= "" then
     return string.format('{"key":"%s","limit":%s,"window":"%s","algorithm":"%s"}', key, limit, window, algorithm)
   end

@@ -39,7 +39,7 @@ POOL_RATE=20000
 RESET_DENY_KEYS=10000
 
 POLICY_SCENARIOS="allow-login allow-contact mixed"
-ALGORITHM_SCENARIOS="allow-sliding_window allow-sliding_log allow-token_bucket"
+ALGORITHM_SCENARIOS="allow-sliding_window allow-sliding_log allow-token_bucket allow-concurrency"
 if [ "$SMOKE" = 1 ]; then
     CURVE=${BENCH_CURVE:-"1 8"}
 else
@@ -77,6 +77,9 @@ policy_scenario_mode() {
         # A log keeps one timestamp per admitted check: pglimit caps its limit
         # at 1,000, which a run's 10,000 keys stay far below.
         allow-sliding_log) MODE=random ALGORITHM=sliding_log LIMIT=1000 ;;
+        # One lease expiry per slot held, capped at 1,000 too; every admitted
+        # check also writes its lease row (never released in the bench).
+        allow-concurrency) MODE=random ALGORITHM=concurrency LIMIT=1000 ;;
         curve) MODE=random ;;
         *) return 1 ;;
     esac
@@ -92,7 +95,9 @@ policy_probe_body() {
         contact)
             echo "{\"policy\":\"contact_confirmation\",\"identifiers\":{\"recipient\":\"probe$SEQ@example.net\"}}" ;;
         random)
-            if [ -n "$ALGORITHM" ]; then
+            if [ "$ALGORITHM" = concurrency ]; then
+                echo "{\"key\":\"k1\",\"limit\":$LIMIT,\"lease\":\"1h\",\"algorithm\":\"concurrency\"}"
+            elif [ -n "$ALGORITHM" ]; then
                 echo "{\"key\":\"k1\",\"limit\":$LIMIT,\"window\":\"1h\",\"algorithm\":\"$ALGORITHM\"}"
             fi
             ;;

@@ -1,6 +1,6 @@
 //! Policies and algorithms in the report of `bench/run`: the
 //! shipped `login` and `contact_confirmation` policies on random identities,
-//! a mixed load, and the three algorithms other than the fixed window on the
+//! a mixed load, and the four algorithms other than the fixed window on the
 //! allow path's random keys, each set against its reference.
 
 use std::collections::HashMap;
@@ -10,13 +10,14 @@ use crate::record::{find, Record};
 use crate::systems::{scenario_label, RESETS_SCENARIO};
 
 /// pglimit's policy and algorithm scenarios, in the table's order.
-pub const SCENARIOS: [&str; 6] = [
+pub const SCENARIOS: [&str; 7] = [
     "allow-login",
     "allow-contact",
     "mixed",
     "allow-sliding_window",
     "allow-sliding_log",
     "allow-token_bucket",
+    "allow-concurrency",
 ];
 
 /// The algorithms' scenarios: allow-random with another `"algorithm"`.
@@ -27,7 +28,7 @@ pub const ALGORITHM_FLOOR: f64 = 0.8;
 
 pub const INTRO: &str = "Policies and algorithms: pglimit with the shipped `login` and \
 `contact_confirmation` policies on random identities, a mixed load, and the allow path's random keys \
-under the other three algorithms (see *Policies and algorithms* below).";
+under the other four algorithms (see *Policies and algorithms* below).";
 
 /// Whether pglimit's comparison run TWIN is measured in SCENARIO: of these
 /// scenarios, the metrics-off run only in the login policy; none on the

@@ -8,7 +8,7 @@ pub const ACTIONS_SCENARIOS: [&str; 3] = ["allow-random", "allow-policy", "deny"
 /// run_deny_resets), whose rate the check column gives.
 pub const RESETS_SCENARIO: &str = "deny-resets";
 
-pub const SCENARIOS: [(&str, &str); 15] = [
+pub const SCENARIOS: [(&str, &str); 16] = [
     ("allow-random", "allow, random keys (10,000)"),
     ("allow-hot", "allow, one hot key"),
     ("allow-policy", "allow, policy form (2 buckets)"),
@@ -22,6 +22,7 @@ pub const SCENARIOS: [(&str, &str); 15] = [
     ("allow-sliding_window", "allow, random keys (10,000), sliding window"),
     ("allow-sliding_log", "allow, random keys (10,000), sliding log"),
     ("allow-token_bucket", "allow, random keys (10,000), token bucket"),
+    ("allow-concurrency", "allow, random keys (10,000), concurrency (a lease per check)"),
     // Points of the concurrency curve off the table's client counts (curve.rs).
     ("curve", "allow, random keys (10,000), curve point"),
     ("deny", "deny, 100 keys over limit"),
