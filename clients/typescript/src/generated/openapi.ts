@@ -412,7 +412,7 @@ export interface components {
              * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
              * @default UTC
              */
-            timezone?: string;
+            timezone?: string | null;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
@@ -520,7 +520,7 @@ export interface components {
              * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
              * @default UTC
              */
-            timezone?: string;
+            timezone?: string | null;
             /**
              * @description null or absent means fixed_window
              * @default fixed_window
