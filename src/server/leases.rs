@@ -14,6 +14,7 @@ use super::check::{body_bytes, deserialize};
 use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;
+use crate::limiter::Granted;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,9 +50,9 @@ pub async fn renew(
     state.auth.verify_header(authorization.value())?;
     let body: LeaseBody = deserialize(&body_bytes(body)?)?;
     match state.limiter.renew(&body.lease).await? {
-        Some(ends) => {
-            let expires_at = ends.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            Ok(Json(json!({ "lease": { "id": body.lease, "expires_at": expires_at } })).into_response())
+        Some(expires_at) => {
+            let lease = Granted { id: body.lease, expires_at };
+            Ok(Json(json!({ "lease": lease })).into_response())
         }
         None => Err(Error::NoLease("no such lease: it has ended, was released, or never existed")),
     }
