@@ -155,6 +155,14 @@ impl RawPolicy {
         let forward_auth = (self.forward_auth.as_ref())
             .map(|raw| forward_auth::validate(raw, &self.identifiers).map_err(|m| m.within("forward_auth")))
             .transpose()?;
+        if let (Some(raw), Some(bucket)) = (&self.forward_auth, super::leasing(&buckets)) {
+            let message = format!(
+                "a proxy cannot release a lease, and bucket {:?} is a concurrency bucket: check this policy \
+                 through POST /check and /release, or drop the table",
+                &*bucket.name
+            );
+            return Err(Mistake::at(raw, "forward_auth", message));
+        }
         Ok(Policy {
             name: name.get_ref().as_str().into(),
             identifiers: self.identifiers,

@@ -95,3 +95,15 @@ fn unknown_fields_and_statuses_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_policy_with_a_concurrency_bucket_has_no_forward_auth_table_as_a_proxy_cannot_release() {
+    let text = file_with(&[IP, EMAIL]).replacen(
+        r#"window = "1m""#,
+        "algorithm = \"concurrency\"\nlease = \"30s\"",
+        1,
+    );
+    let error = Policies::parse(&text).expect_err("refused").to_string();
+    assert!(error.contains("forward_auth (line 9"), "the table, after the bucket's extra line: {error}");
+    assert!(error.contains("bucket \"b\" is a concurrency bucket") && error.contains("/release"), "{error}");
+}

@@ -57,6 +57,18 @@ pub struct Policy {
     pub forward_auth: Option<ForwardAuth>,
 }
 
+impl Policy {
+    /// The first bucket that takes leases: only a caller that can release
+    /// them may check this policy (not a proxy, not Envoy).
+    pub fn leasing_bucket(&self) -> Option<&BucketDef> {
+        leasing(&self.buckets)
+    }
+}
+
+fn leasing(buckets: &[BucketDef]) -> Option<&BucketDef> {
+    buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency)
+}
+
 #[derive(Debug, Clone)]
 pub struct BucketDef {
     pub name: Arc<str>,

@@ -23,6 +23,7 @@ use super::check::decide;
 use super::envoy::{self, shown, Asked};
 use super::{AppState, Auth};
 use crate::limiter::{CheckError, Invalid};
+use crate::policy::Policy;
 
 /// Largest message read or written, encoded. Envoy's requests are a few
 /// hundred bytes (a domain, a handful of descriptors of a handful of short
@@ -94,6 +95,13 @@ impl RateLimitService for Envoy {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let Asked { check, descriptors } = envoy::read(request.into_inner())?;
         let policy = self.state.limiter.policies().get(check.policy_label()).cloned();
+        if let Some(bucket) = policy.as_deref().and_then(Policy::leasing_bucket) {
+            return Err(Status::failed_precondition(format!(
+                "bucket {:?} of this policy is a concurrency bucket, and Envoy cannot release a lease: \
+                 check it through POST /check and /release",
+                &*bucket.name
+            )));
+        }
         match decide(&self.state, &check, None).await {
             Ok(decision) => Ok(Response::new(envoy::respond(&decision, policy.as_deref(), &descriptors))),
             Err(CheckError::StoreUnavailable) => Ok(Response::new(envoy::fail_closed(descriptors.len()))),

@@ -178,3 +178,40 @@ async fn requests_past_the_caps_are_refused_naming_the_cap_and_errors_repeat_onl
     }
     service.terminate();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_with_a_concurrency_bucket_is_refused_naming_the_bucket_as_envoy_cannot_release() {
+    let dir = temp_dir("grpc-leases");
+    let policies = dir.join("policies.toml");
+    let toml = r#"
+        [policies.export]
+        identifiers = { account = "text" }
+        [[policies.export.buckets]]
+        name = "in_flight"
+        on = ["account"]
+        limit = 2
+        algorithm = "concurrency"
+        lease = "30s"
+    "#;
+    std::fs::write(&policies, toml).expect("policy file");
+    let (service, addr) =
+        service(&[("PGLIMIT_POLICIES", policies.to_str().expect("UTF-8 path"))], &dir).await;
+    let mut envoy = client(&addr).await;
+    let export = RateLimitRequest {
+        domain: "export".into(),
+        descriptors: vec![descriptor(&[("account", "acct_42")])],
+        hits_addend: 0,
+    };
+    for call in 1..=3 {
+        let error = envoy.should_rate_limit(export.clone()).await.expect_err("refused, taking no slot");
+        assert_eq!(error.code(), tonic::Code::FailedPrecondition, "call {call}: {error:?}");
+        assert!(
+            error.message().contains("\"in_flight\"") && error.message().contains("/release"),
+            "{error:?}"
+        );
+    }
+    let check = json!({ "policy": "export", "identifiers": { "account": "acct_42" } });
+    let (status, answer) = service.check(check).await;
+    assert_eq!((status, &answer["remaining"]), (200, &json!(1)), "the refused calls took no slot: {answer}");
+    service.terminate();
+}
