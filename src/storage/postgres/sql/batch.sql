@@ -155,7 +155,10 @@ BEGIN
         policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
     WHERE k.until < EXCLUDED.until;
 
-    PERFORM pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, d.a_allowed, v_now);
+    -- Only a batch with a concurrency bucket (algorithm 4) has leases to write.
+    IF 4 = ANY (p_algos) THEN
+        PERFORM pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, d.a_allowed, v_now);
+    END IF;
 
     RETURN QUERY
     SELECT r.o::integer, r.al, r.rem, pglimit_ts(r.fu), pglimit_ts(r.re), v_now, r.bl
