@@ -247,6 +247,42 @@ async fn behind_a_transaction_pooler_an_api_override_reaches_the_other_instance_
     assert!(took < bound, "removed after {took:?}");
 }
 
+/// No release is heard behind a transaction pooler (no LISTEN): a check
+/// held for a slot rechecks every `RELEASE_POLL` instead of sleeping until
+/// the lease ends (60 s here) and answering 429 at its deadline (20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_a_check_waiting_for_a_slot_is_admitted_after_another_instance_releases_it(
+) {
+    let _serial = SERIAL.lock().await;
+    let (_bouncer, _, pooled) = behind(Mode::Transaction).await;
+    let a = pooled_instance(&pooled, Mode::Transaction, &[]).await;
+    let b = pooled_instance(&pooled, Mode::Transaction, &[]).await;
+    let slot = json!({ "key": unique("export"), "limit": 1, "algorithm": "concurrency", "lease": "60s" });
+    let held = check(&a, slot.clone()).await;
+    assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+    let mut waiting = slot;
+    waiting["max_wait"] = json!("20s");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { check(&b, waiting).await }
+    });
+    let started = Instant::now();
+    while b.limiter.waiters().held() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the check was never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = call(&a, "POST", "/release", json!({ "lease": held.body["lease"]["id"] })).await;
+    assert_eq!(released.body["released"], true, "{}", released.body);
+    let answer = waiter.await.expect("the waiting check");
+    assert_eq!(
+        answer.status,
+        StatusCode::OK,
+        "admitted after the release, not at its deadline: {}",
+        answer.body
+    );
+    assert!(answer.body["lease"]["id"].is_string(), "{}", answer.body);
+}
+
 /// Sends `body` to `app` until its answer satisfies `done`; how long that took.
 async fn until(app: &AppState, body: &Value, done: impl Fn(&Value) -> bool) -> Duration {
     let started = Instant::now();

@@ -7,7 +7,7 @@
 //! that is between two looks at its queue still sees a change made then.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -49,6 +49,8 @@ pub struct Waiters {
     held: AtomicUsize,
     tickets: AtomicU64,
     closing: watch::Sender<bool>,
+    /// Releases are not heard here: waiters for slots poll.
+    polls: AtomicBool,
 }
 
 /// The waiters on one key, first come first.
@@ -78,11 +80,22 @@ impl Waiters {
             held: AtomicUsize::new(0),
             tickets: AtomicU64::new(0),
             closing,
+            polls: AtomicBool::new(false),
         }
     }
 
     pub fn limits(&self) -> WaitLimits {
         self.limits
+    }
+
+    /// Releases will not be heard ([`Waiters::wake`] never called): a
+    /// request waiting for a slot rechecks at intervals instead.
+    pub fn poll_for_releases(&self) {
+        self.polls.store(true, Ordering::Relaxed);
+    }
+
+    pub fn polls_for_releases(&self) -> bool {
+        self.polls.load(Ordering::Relaxed)
     }
 
     /// Room was freed on `key` (a lease released, heard through the

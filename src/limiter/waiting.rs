@@ -22,12 +22,19 @@ use crate::telemetry;
 /// time already past cannot turn the wait into a busy loop.
 const MIN_RECHECK: Duration = Duration::from_millis(10);
 
+/// How often the first waiter for a concurrency slot rechecks where
+/// releases cannot be heard: a few round trips a second per waited-on key.
+pub const RELEASE_POLL: Duration = Duration::from_millis(250);
+
 /// Wakes the waiters on each key whose slots a released lease freed, as
 /// the store hears of releases on any instance, for as long as `limiter`
-/// lives. Behind a transaction pooler nothing is heard: waiters recheck
-/// when the earliest lease ends, or at their deadline.
+/// lives. Behind a transaction pooler nothing is heard: waiters for slots
+/// then recheck every [`RELEASE_POLL`].
 pub fn wake_on_releases<S: Store + Leases + 'static>(limiter: &Arc<Limiter<S>>) {
-    let mut heard = limiter.store.releases_heard();
+    let Some(mut heard) = limiter.store.releases_heard() else {
+        limiter.waiters.poll_for_releases();
+        return;
+    };
     let limiter: Weak<Limiter<S>> = Arc::downgrade(limiter);
     tokio::spawn(async move {
         loop {
@@ -115,7 +122,7 @@ impl<S: Store> Limiter<S> {
                 }
             }
             if let Some(denial) = &last {
-                let at = retry_instant(denial).max(Instant::now() + MIN_RECHECK);
+                let at = self.recheck_at(denial);
                 match until(&mut place, at.min(deadline)).await {
                     Woke::Closing => break,
                     Woke::Time if Instant::now() >= deadline => break,
@@ -129,6 +136,17 @@ impl<S: Store> Limiter<S> {
             last = Some(decision);
         }
         self.answer_now(request, last).await
+    }
+
+    /// When to check `denial`'s request again: when it says room returns,
+    /// or, for a slot whose release this instance cannot hear, at the next poll.
+    fn recheck_at(&self, denial: &Decision) -> Instant {
+        let mut at = retry_instant(denial);
+        let on_slots = || denial.buckets.iter().any(|b| !b.allowed && b.algorithm == Algorithm::Concurrency);
+        if self.waiters.polls_for_releases() && on_slots() {
+            at = at.min(Instant::now() + RELEASE_POLL);
+        }
+        at.max(Instant::now() + MIN_RECHECK)
     }
 
     /// The denial to answer with: the latest, or, for a request that never

@@ -254,8 +254,9 @@ pub trait Leases: Send + Sync {
     fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
 
     /// The keys whose slots a release frees, as heard from any instance
-    /// (this one's included), from now on.
-    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key>;
+    /// (this one's included), from now on; `None` where nothing is heard
+    /// (behind a transaction pooler, which cannot hold a LISTEN).
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>>;
 }
 
 /// A key to block, with the names an operator will see it by.

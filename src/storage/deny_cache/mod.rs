@@ -207,7 +207,7 @@ impl<S: Store + Leases> Leases for DenyCache<S> {
         self.inner.renew(id).await
     }
 
-    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
         self.inner.releases_heard()
     }
 }

@@ -250,7 +250,7 @@ impl<P: Primary> Leases for FallbackStore<P> {
         self.inner.primary.renew(id).await
     }
 
-    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
         self.inner.primary.releases_heard()
     }
 }

@@ -350,8 +350,8 @@ impl crate::storage::Leases for PgStore {
         self.actions.renew(&self.session, id).await
     }
 
-    fn releases_heard(&self) -> tokio::sync::broadcast::Receiver<Key> {
-        self.heard.releases()
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
+        self.listening.then(|| self.heard.releases())
     }
 }
 
