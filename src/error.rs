@@ -136,6 +136,7 @@ impl From<Invalid> for Error {
             Invalid::BlockFor(_) => "for".into(),
             Invalid::ReasonLength => "reason".into(),
             Invalid::Lease(_) => "lease".into(),
+            Invalid::NoLeases { .. } => "algorithm".into(),
             Invalid::MaxWait { .. } => "max_wait".into(),
         };
         Self::field(field, invalid.to_string())

@@ -137,6 +137,11 @@ impl<S: Store> Limiter<S> {
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
         let mut plan = self.plan(request)?;
+        if let Some(slots) = plan.batch.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
+            if !self.store.keeps_leases() {
+                return Err(CheckError::Invalid(Invalid::NoLeases { bucket: slots.name.clone() }));
+            }
+        }
         let lease = takes_lease(&plan.batch).then(lease::mint);
         plan.batch.lease = lease.as_ref().map(|(_, stored)| *stored);
         let started = Instant::now();

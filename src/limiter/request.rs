@@ -84,6 +84,11 @@ pub enum Invalid {
     #[error("{0}")]
     Lease(String),
     #[error(
+        "algorithm \"concurrency\" (bucket {bucket:?}) takes leases, which are kept on a single PostgreSQL, \
+         not in Citus mode (PGLIMIT_CITUS)"
+    )]
+    NoLeases { bucket: Arc<str> },
+    #[error(
         "max_wait is over this service's bound of {bound_ms} ms (PGLIMIT_REQUEST_TIMEOUT_MS less the \
          longest wait on Postgres and 1 s, at most 60 s)"
     )]

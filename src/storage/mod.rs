@@ -217,6 +217,12 @@ pub trait Store: Send + Sync + 'static {
     fn actions_heard(&self) -> u64 {
         0
     }
+
+    /// Whether concurrency buckets may be checked here (not in Citus mode,
+    /// whose tables are distributed while leases need one node).
+    fn keeps_leases(&self) -> bool {
+        true
+    }
 }
 
 /// Changes made to limits by a caller or an operator. They are made in

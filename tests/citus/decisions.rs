@@ -164,3 +164,31 @@ async fn a_concurrency_check_is_refused_naming_citus_mode() {
     let refused = pg.check_as_of(&batch, Utc::now()).await.expect_err("refused");
     assert!(refused.to_string().contains(pglimit::storage::CONCURRENCY_ON_CITUS), "{refused}");
 }
+
+/// Through the service the same refusal is the caller's mistake, a 400
+/// naming `algorithm`, and a policy file with a concurrency bucket does not
+/// start: neither is answered from memory as if Postgres had failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_concurrency_check_is_a_400_naming_algorithm_and_such_a_policy_does_not_start() {
+    let (url, _) = cluster();
+    let app = common::instance(&url, &[]).await;
+    let slot = serde_json::json!({ "key": "export:acct_42", "limit": 2, "algorithm": "concurrency", "lease": "30s" });
+    let refused = common::check(&app, slot).await;
+    assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST, "{}", refused.body);
+    assert_eq!(refused.body["field"], "algorithm", "{}", refused.body);
+    assert!(refused.body["detail"].as_str().is_some_and(|d| d.contains("Citus")), "{}", refused.body);
+
+    let dir = common::process::temp_dir("citus-leases");
+    let policies = dir.join("policies.toml");
+    let toml = "[policies.export]\nidentifiers = { account = \"text\" }\n[[policies.export.buckets]]\n\
+                name = \"in_flight\"\non = [\"account\"]\nlimit = 2\nalgorithm = \"concurrency\"\nlease = \"30s\"\n";
+    std::fs::write(&policies, toml).expect("policy file");
+    let path = policies.to_str().expect("UTF-8 path");
+    let error =
+        common::try_instance(&url, &[("PGLIMIT_POLICIES", path)]).await.err().expect("refused at start");
+    assert!(
+        error.contains("\"export\"") && error.contains("\"in_flight\"") && error.contains("Citus"),
+        "{error}"
+    );
+}

@@ -137,6 +137,10 @@ impl<S: Store> Store for DenyCache<S> {
     fn actions_heard(&self) -> u64 {
         self.inner.actions_heard()
     }
+
+    fn keeps_leases(&self) -> bool {
+        self.inner.keeps_leases()
+    }
 }
 
 /// Actions go through, and what they change is forgotten here at once (the

@@ -225,6 +225,10 @@ impl<P: Primary> Store for FallbackStore<P> {
     fn actions_heard(&self) -> u64 {
         self.inner.primary.actions_heard()
     }
+
+    fn keeps_leases(&self) -> bool {
+        self.inner.primary.keeps_leases()
+    }
 }
 
 /// Leases are in Postgres: while this instance is degraded, a release is

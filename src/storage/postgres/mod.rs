@@ -265,6 +265,10 @@ impl PgStore {
 pub const CONCURRENCY_ON_CITUS: &str = "concurrency buckets are not supported in Citus mode";
 
 impl Store for PgStore {
+    fn keeps_leases(&self) -> bool {
+        self.session.layout().takes_leases()
+    }
+
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
         let answer = self.submit(batch, None).await?;
         self.cleanup.maybe_start(&self.session);
