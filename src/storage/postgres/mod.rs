@@ -13,6 +13,7 @@
 mod absorb;
 mod actions;
 mod call;
+mod changes;
 mod citus;
 mod cleanup;
 mod health;
@@ -24,6 +25,7 @@ mod listener;
 mod literal;
 mod overrides;
 mod pooler;
+mod primary;
 mod schema;
 mod session;
 mod statements;
@@ -34,13 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{
-    Actions, AddedOverride, Answer, Block, BlockTarget, CheckBatch, Held, Key, LoadedOverrides, Overrides,
-    Primary, Stale, Store, StoreError, StoredOverride, Unabsorbed, OVERRIDES_POLL_EVERY,
-};
+use super::{Answer, CheckBatch, Stale, Store, StoreError};
 use actions::ActionConn;
 pub use citus::Citus;
 use cleanup::Cleanup;
@@ -50,7 +48,7 @@ use lane::{lane, Job, Task};
 use listener::Heard;
 pub use pooler::Pooler;
 pub use schema::functions_schema;
-use session::{classify, Session};
+use session::Session;
 pub use session::{migrate, Reach};
 
 /// How the Postgres store connects and cleans up.
@@ -285,115 +283,5 @@ impl Store for PgStore {
 
     fn actions_heard(&self) -> u64 {
         self.heard.generation()
-    }
-}
-
-impl Actions for PgStore {
-    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
-        self.actions.reset(&self.session, keys).await
-    }
-
-    async fn block(
-        &self,
-        targets: &[BlockTarget],
-        duration: Duration,
-        reason: Option<&str>,
-    ) -> Result<DateTime<Utc>, StoreError> {
-        self.actions.block(&self.session, targets, duration, reason).await
-    }
-
-    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
-        self.actions.unblock(&self.session, keys).await
-    }
-
-    async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
-        self.actions.list(&self.session, limit).await
-    }
-}
-
-impl Overrides for PgStore {
-    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
-        self.actions.add_override(&self.session, new).await
-    }
-
-    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
-        self.actions.remove_override(&self.session, id).await
-    }
-
-    async fn list_overrides(
-        &self,
-        policy: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<StoredOverride>, StoreError> {
-        self.actions.list_overrides(&self.session, policy, limit).await
-    }
-
-    async fn load_overrides(&self, loaded: Option<u64>) -> Result<Option<LoadedOverrides>, StoreError> {
-        self.actions.load_overrides(&self.session, loaded).await
-    }
-
-    /// Without LISTEN nothing is heard but the heartbeat's generation, every
-    /// 2 s: a poll every [`OVERRIDES_POLL_EVERY`] keeps the bound.
-    async fn overrides_may_have_changed(&self) {
-        if self.listening {
-            return self.heard.overrides_may_have_changed().await;
-        }
-        tokio::select! {
-            () = self.heard.overrides_may_have_changed() => {}
-            () = tokio::time::sleep(OVERRIDES_POLL_EVERY) => {}
-        }
-    }
-}
-
-impl crate::storage::Leases for PgStore {
-    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
-        self.actions.release(&self.session, id).await
-    }
-
-    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
-        self.actions.renew(&self.session, id).await
-    }
-
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
-        self.listening.then(|| self.heard.releases())
-    }
-}
-
-impl Primary for PgStore {
-    /// `SELECT 1` on the connection kept for it: the lanes' connections may
-    /// all be busy (or dead), so they cannot tell.
-    async fn ping(&self, budget: Duration) -> Result<(), StoreError> {
-        self.health.ping(&self.session, budget).await
-    }
-
-    /// A fresh connection and `SELECT 1`; on success every lane reconnects
-    /// before its next check, so no connection from before an outage is
-    /// reused, and the fresh one becomes the health connection.
-    ///
-    /// In Citus mode, every route is pinged through the coordinator: the
-    /// coordinator answering says nothing of the workers.
-    async fn probe(&self) -> Result<(), StoreError> {
-        let mut conn = self.session.open().await.map_err(classify)?;
-        session::ping_writable(&mut conn).await.map_err(classify)?;
-        self.session.layout().ping_workers(&mut conn).await.map_err(classify)?;
-        self.session.renew();
-        self.health.install(&self.session, conn).await;
-        Ok(())
-    }
-
-    fn recent_latency(&self) -> Duration {
-        self.health.recent_latency()
-    }
-
-    /// On a connection of its own, closed after, so that a chunk cut short
-    /// leaves no transaction behind.
-    async fn absorb(&self, outage: Vec<Held>) -> Result<(), Unabsorbed> {
-        let mut conn = match self.session.open().await {
-            Ok(conn) => conn,
-            Err(e) => return Err(Unabsorbed { error: classify(e), left: outage }),
-        };
-        let result = absorb::absorb_all(&self.session, &mut conn, outage).await;
-        let _ = conn.close().await;
-        result.map_err(|(e, left)| Unabsorbed { error: classify(e), left })
     }
 }
