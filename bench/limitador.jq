@@ -50,7 +50,10 @@ def table(p; name):
   "|---|---:|---|---:|---:|---:|---:|---:|---|",
   (scenarios[] as $sc | clients[] as $c | find("pglimit"; p; $sc; $c) as $pg
    | measured[] as $s | find($s; p; $sc; $c) | select(. != null)
-   | "| \($sc) | \($c) | \($s) | \(.rps | thousands) | \(if $s == "pglimit" then "" else ratio($pg.rps; .rps) end) | \(.p50_us | ms) | \(.p99_us | ms) | \(outcome) | \(.svc_us | dec(1)) + \(if $s == "limitador-memory" then "—" else .store_us | dec(1) end) + \(.rest_us | dec(1)) |"),
+   | "| \($sc) | \($c) | \($s)\(if .other != "" then " †" else "" end) | \(.rps | thousands) | \(if $s == "pglimit" then "" else ratio($pg.rps; .rps) end) | \(.p50_us | ms) | \(.p99_us | ms) | \(outcome) | \(.svc_us | dec(1)) + \(if $s == "limitador-memory" then "—" else .store_us | dec(1) end) + \(.rest_us | dec(1)) |"),
+  (if any($rows[] | select(.proto == p); .other != "") then
+     "\n† another build or load generator (\([$rows[] | select(.proto == p) | .other | select(. != "") | split(",")[]] | unique | join(", "))) was running at the end of this measurement and of its retry: its figures do not compare."
+   else empty end),
   "";
 
 "# bench/run --limitador, \($date), commit \($commit)",

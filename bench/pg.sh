@@ -12,6 +12,8 @@
 #   proc_ticks VAR PID [children]
 #                           CPU ticks of PID into VAR (see below)
 #   cpu_sample PID [STORE]  "<service> <store> <busy> <idle>" ticks so far
+#   other_work              names of builds or load generators running here
+#   wait_quiet              waits until other_work finds nothing (for a time)
 
 # PostgreSQL refuses to run as root: server commands run as `postgres` then.
 if [ "$(id -u)" -eq 0 ]; then
@@ -98,4 +100,24 @@ cpu_sample() {
     fi
     read -r _ user nice system idle iowait irq softirq _ </proc/stat
     echo "$server $pg $((user + nice + system + irq + softirq)) $((idle + iowait))"
+}
+
+# Work of others that would weigh on a measurement (the machine may be
+# shared): a build (cargo, rustc, clippy, a C or C++ compiler) or a load
+# generator (wrk, pgbench). Prints their names, comma-separated; empty when
+# none runs. Called between measurements, when this script's own wrk is done.
+other_work() {
+    { pgrep -l -x 'cargo|rustc|clippy-driver|cc1|cc1plus|pgbench|wrk' 2>/dev/null || true; } |
+        cut -d' ' -f2 | sort -u | paste -sd, -
+}
+
+# Waits until other_work finds nothing, for at most BENCH_QUIET_WAIT seconds
+# (default 900; then the caller measures anyway and says so).
+wait_quiet() {
+    local waited=0 other
+    while other=$(other_work) && [ -n "$other" ] && [ "$waited" -lt "${BENCH_QUIET_WAIT:-900}" ]; do
+        if [ "$waited" = 0 ]; then log "waiting for $other to finish: a measurement beside it would not compare"; fi
+        sleep 10
+        waited=$((waited + 10))
+    done
 }
