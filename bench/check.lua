@@ -40,7 +40,11 @@
 --                (default: none, so the fixed window); "concurrency" sends
 --                BENCH_WINDOW as the lease
 --   BENCH_POLICY the policy named in policy and auth modes (default "bench",
---                bench/policies.toml)
+--                bench/policies.toml); with BENCH_FORM=limitador, the namespace
+--   BENCH_FORM   pglimit (default), or limitador: random, hot and deny modes
+--                send limitador's POST /check_and_report,
+--                {"namespace":BENCH_POLICY,"values":{"key":KEY},"delta":1}
+--                (its limits file has the limit and window), for bench/limitador
 --   BENCH_POOL   login, contact and mixed modes: requests pre-rendered per
 --                thread, each drawn at random, then sent in order (default
 --                100000), so that none repeats while a thread sends fewer
@@ -55,6 +59,7 @@ local limit = os.getenv("BENCH_LIMIT") or "1000000000"
 local window = os.getenv("BENCH_WINDOW") or "1h"
 local policy = os.getenv("BENCH_POLICY") or "bench"
 local algorithm = os.getenv("BENCH_ALGORITHM") or ""
+local limitador = os.getenv("BENCH_FORM") == "limitador"
 local pool_size = tonumber(os.getenv("BENCH_POOL") or "100000")
 local emails = tonumber(os.getenv("BENCH_EMAILS") or "1000000")
 local ips = tonumber(os.getenv("BENCH_IPS") or "131072")
@@ -64,13 +69,16 @@ local pooled = mode == "login" or mode == "contact" or mode == "mixed"
 local headers = { ["Content-Type"] = "application/json" }
 local prefixes = { deny = "deny", reset = "reset" }
 local prefix = prefixes[mode] or "k"
-local path = (mode == "reset") and "/reset" or "/check"
+local path = (mode == "reset") and "/reset" or (limitador and "/check_and_report" or "/check")
 
 -- Pre-render every request once: the request() hook then only picks one,
 -- so the generator costs the same for every server measured.
 local requests = {}
 
 local function body_for(key)
+  if limitador then
+    return string.format('{"namespace":"%s","values":{"key":"%s"},"delta":1}', policy, key)
+  end
   if algorithm == "concurrency" then
     -- A slot held for BENCH_WINDOW (a lease, never released here): the
     -- check's cost with the lease row it writes.
@@ -161,7 +169,7 @@ function init(args)
   if pooled then
     fill_pool()
   elseif mode == "hot" then
-    requests[1] = wrk.format("POST", "/check", headers, body_for("hot"))
+    requests[1] = wrk.format("POST", path, headers, body_for("hot"))
   elseif mode == "policy" then
     for i = 1, nkeys do
       requests[i] = wrk.format("POST", "/check", headers, policy_body_for(i))

@@ -15,6 +15,12 @@
 //! M = 1 + (N - 1) % 254: the identifiers of check.lua's policy mode.
 //! BENCH_POLICY names another domain.
 //!
+//! With `BENCH_GRPC_SHAPE=key` each call carries one descriptor of one entry,
+//! `[{key}]`, with check.lua's ad hoc keys by its BENCH_MODE: `k<N>` (random,
+//! the default), `hot`, or `deny<N>`, N random of 1..BENCH_KEYS: the shape
+//! bench/limitador sends to pglimit (a policy with one bucket on `key`) and
+//! to limitador (`descriptors[0].key`) alike.
+//!
 //! At the end it prints one line, `WRKJSON {...}`, with the fields of
 //! check.lua's but `bytes`: `status_errors` counts answers other than OK, `read_errors`
 //! calls that failed with a gRPC error, `connect_errors` callers that could
@@ -44,17 +50,46 @@ fn descriptor(key: &str, value: String) -> RateLimitDescriptor {
     RateLimitDescriptor { entries: vec![Entry { key: key.into(), value }], ..Default::default() }
 }
 
+/// What each call carries: the `bench` policy's two descriptors, or (BENCH_GRPC_SHAPE=key)
+/// one descriptor `[{key}]` named as check.lua's BENCH_MODE names its ad hoc keys.
+#[derive(Clone, Copy)]
+enum Shape {
+    Policy,
+    Random,
+    Hot,
+    Deny,
+}
+
+impl Shape {
+    fn from_env() -> Result<Shape, String> {
+        let var = |name| std::env::var(name).unwrap_or_default();
+        match (var("BENCH_GRPC_SHAPE").as_str(), var("BENCH_MODE").as_str()) {
+            ("" | "policy", _) => Ok(Shape::Policy),
+            ("key", "" | "random") => Ok(Shape::Random),
+            ("key", "hot") => Ok(Shape::Hot),
+            ("key", "deny") => Ok(Shape::Deny),
+            ("key", mode) => Err(format!("BENCH_MODE={mode}: the key shape sends random, hot or deny keys")),
+            (shape, _) => Err(format!("BENCH_GRPC_SHAPE={shape}: policy or key")),
+        }
+    }
+}
+
 /// Envoy's request for key number `n` (1-based).
-fn request(domain: &str, n: u32) -> RateLimitRequest {
-    let descriptors = vec![
-        descriptor("email", format!("u{n}@example.com")),
-        descriptor("ip", format!("198.51.100.{}", 1 + (n - 1) % 254)),
-    ];
+fn request(domain: &str, shape: Shape, n: u32) -> RateLimitRequest {
+    let descriptors = match shape {
+        Shape::Policy => vec![
+            descriptor("email", format!("u{n}@example.com")),
+            descriptor("ip", format!("198.51.100.{}", 1 + (n - 1) % 254)),
+        ],
+        Shape::Random => vec![descriptor("key", format!("k{n}"))],
+        Shape::Hot => vec![descriptor("key", "hot".to_string())],
+        Shape::Deny => vec![descriptor("key", format!("deny{n}"))],
+    };
     RateLimitRequest { domain: domain.to_string(), descriptors, hits_addend: 0 }
 }
 
 /// One caller: connects, then calls back to back until `deadline`.
-async fn caller(endpoint: Endpoint, domain: String, keys: u32, deadline: Instant) -> Tally {
+async fn caller(endpoint: Endpoint, domain: String, shape: Shape, keys: u32, deadline: Instant) -> Tally {
     let mut tally = Tally::default();
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
@@ -67,7 +102,7 @@ async fn caller(endpoint: Endpoint, domain: String, keys: u32, deadline: Instant
     let mut client = RateLimitServiceClient::new(channel);
     let mut rng = rand::rngs::StdRng::from_entropy();
     while Instant::now() < deadline {
-        let call = request(&domain, rng.gen_range(1..=keys));
+        let call = request(&domain, shape, rng.gen_range(1..=keys));
         let started = Instant::now();
         match client.should_rate_limit(call).await {
             Ok(answer) => {
@@ -116,6 +151,13 @@ fn main() -> ExitCode {
     };
     let keys = std::env::var("BENCH_KEYS").ok().and_then(|k| k.parse::<u32>().ok()).unwrap_or(10_000).max(1);
     let domain = std::env::var("BENCH_POLICY").unwrap_or_else(|_| "bench".to_string());
+    let shape = match Shape::from_env() {
+        Ok(shape) => shape,
+        Err(e) => {
+            eprintln!("grpc-load: {e}");
+            return usage();
+        }
+    };
     let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
         Ok(endpoint) => endpoint.tcp_nodelay(true),
         Err(e) => {
@@ -136,7 +178,7 @@ fn main() -> ExitCode {
         let started = Instant::now();
         let deadline = started + Duration::from_secs_f64(seconds);
         let tasks: Vec<_> = (0..clients)
-            .map(|_| tokio::spawn(caller(endpoint.clone(), domain.clone(), keys, deadline)))
+            .map(|_| tokio::spawn(caller(endpoint.clone(), domain.clone(), shape, keys, deadline)))
             .collect();
         let mut tallies = Vec::with_capacity(clients);
         for task in tasks {

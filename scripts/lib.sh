@@ -14,6 +14,7 @@
 #   need_nginx                    installs Debian's nginx when missing (tests/proxy/ runs it)
 #   need_pgbouncer                installs Debian's pgbouncer when missing (tests/pooler.rs runs it)
 #   need_prometheus               installs Debian's prometheus and promtool when missing (tests/monitoring.rs, scripts/check-alerts)
+#   need_redis                    installs Debian's redis-server (and redis-cli) when missing (bench/limitador runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
@@ -289,6 +290,16 @@ need_caddy() {
     apt_install caddy
     command -v caddy >/dev/null 2>&1 || die "caddy still not found after installing it"
     if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now caddy >/dev/null 2>&1 || true; fi
+}
+
+# Debian's redis-server, with redis-cli. The package may enable a system
+# service on port 6379; the bench starts its own, so it is stopped.
+need_redis() {
+    command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return 0
+    apt_install redis-server
+    command -v redis-server >/dev/null 2>&1 || die "redis-server still not found after installing it"
+    if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+    if [ -x /etc/init.d/redis-server ]; then as_root /etc/init.d/redis-server stop >/dev/null 2>&1 || true; fi
 }
 
 # Debian's prometheus: promtool (scripts/check-alerts) and the server
