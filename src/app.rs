@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{KeySecret, Limiter, WaitLimits};
+use crate::limiter::{Invalid, KeySecret, Limiter, WaitLimits};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth, MetricsEndpoint, Services};
@@ -34,11 +34,8 @@ pub enum StartError {
          the network. Set PGLIMIT_API_TOKENS, or bind {variable} to a loopback address"
     )]
     OpenOnNetwork { addr: std::net::SocketAddr, variable: &'static str },
-    #[error(
-        "policy {policy:?}, bucket {bucket:?}: concurrency buckets take leases, which are kept on a single \
-         PostgreSQL, not in Citus mode (PGLIMIT_CITUS)"
-    )]
-    LeasesOnCitus { policy: String, bucket: String },
+    #[error("policy {policy:?}: {reason}")]
+    LeasesOnCitus { policy: String, reason: Invalid },
 }
 
 /// In Citus mode, where no lease can be kept, a policy that would take
@@ -47,7 +44,7 @@ fn no_leasing_bucket(policies: &Policies) -> Result<(), StartError> {
     match policies.iter().find_map(|p| Some((p, p.leasing_bucket()?))) {
         Some((policy, bucket)) => Err(StartError::LeasesOnCitus {
             policy: policy.name.to_string(),
-            bucket: bucket.name.to_string(),
+            reason: Invalid::NoLeases { bucket: bucket.name.clone() },
         }),
         None => Ok(()),
     }

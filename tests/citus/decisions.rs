@@ -179,11 +179,10 @@ async fn a_concurrency_check_is_a_400_naming_algorithm_and_such_a_policy_does_no
     assert_eq!(refused.body["field"], "algorithm", "{}", refused.body);
     assert!(refused.body["detail"].as_str().is_some_and(|d| d.contains("Citus")), "{}", refused.body);
 
-    let dir = common::process::temp_dir("citus-leases");
-    let policies = dir.join("policies.toml");
-    let toml = "[policies.export]\nidentifiers = { account = \"text\" }\n[[policies.export.buckets]]\n\
-                name = \"in_flight\"\non = [\"account\"]\nlimit = 2\nalgorithm = \"concurrency\"\nlease = \"30s\"\n";
-    std::fs::write(&policies, toml).expect("policy file");
+    let policies = common::policy_file(
+        "[policies.export]\nidentifiers = { account = \"text\" }\n[[policies.export.buckets]]\n\
+         name = \"in_flight\"\non = [\"account\"]\nlimit = 2\nalgorithm = \"concurrency\"\nlease = \"30s\"\n",
+    );
     let path = policies.to_str().expect("UTF-8 path");
     let error =
         common::try_instance(&url, &[("PGLIMIT_POLICIES", path)]).await.err().expect("refused at start");

@@ -182,8 +182,8 @@ async fn requests_past_the_caps_are_refused_naming_the_cap_and_errors_repeat_onl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_with_a_concurrency_bucket_is_refused_naming_the_bucket_as_envoy_cannot_release() {
     let dir = temp_dir("grpc-leases");
-    let policies = dir.join("policies.toml");
-    let toml = r#"
+    let policies = common::policy_file(
+        r#"
         [policies.export]
         identifiers = { account = "text" }
         [[policies.export.buckets]]
@@ -192,8 +192,8 @@ async fn a_policy_with_a_concurrency_bucket_is_refused_naming_the_bucket_as_envo
         limit = 2
         algorithm = "concurrency"
         lease = "30s"
-    "#;
-    std::fs::write(&policies, toml).expect("policy file");
+    "#,
+    );
     let (service, addr) =
         service(&[("PGLIMIT_POLICIES", policies.to_str().expect("UTF-8 path"))], &dir).await;
     let mut envoy = client(&addr).await;
