@@ -171,6 +171,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         cleanup_batch: 1000,
         unlogged: config.unlogged,
         citus: config.citus,
+        citus_checks: config.citus_checks,
         reach: config.db_reach.clone(),
     }
 }

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::storage::{Citus, Reach};
+use crate::storage::{Citus, CitusChecks, Reach};
 use database::database;
 pub use database::Database;
 pub use secret::secret;
@@ -48,6 +48,8 @@ pub struct Config {
     pub unlogged: bool,
     /// Whether the database is a Citus cluster to distribute the counters over.
     pub citus: Citus,
+    /// `PGLIMIT_CITUS_CHECKS`: in Citus mode, whether checks go straight to the workers.
+    pub citus_checks: CitusChecks,
     pub log_format: LogFormat,
     /// Serve `GET /metrics` (and record metrics at all).
     pub metrics: bool,
@@ -123,6 +125,7 @@ impl Config {
             memory_capacity: v::MEMORY_CAPACITY.read(&get)?,
             unlogged: v::UNLOGGED.read(&get)?,
             citus: v::CITUS.read(&get)?,
+            citus_checks: v::CITUS_CHECKS.read(&get)?,
             log_format: v::LOG_FORMAT.read(&get)?,
             metrics: v::METRICS.read(&get)?,
             metrics_token: v::METRICS_TOKEN

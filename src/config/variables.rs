@@ -35,6 +35,7 @@ pub static ALL: &[&dyn Variable] = &[
     &DB_SCHEMA,
     &UNLOGGED,
     &CITUS,
+    &CITUS_CHECKS,
     &MEMORY_CAPACITY,
     &LOG_FORMAT,
     &METRICS,

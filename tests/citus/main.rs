@@ -12,6 +12,7 @@ mod common;
 mod decisions;
 mod exact;
 mod operations;
+mod routing;
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
-//! The cluster at work: cleanup on every shard, no two-phase commit, a
-//! shard move under load, a stopped worker.
+//! The cluster at work: cleanup on every shard, a shard move under load,
+//! a stopped worker.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::common::{self, check, instance, unique};
 use crate::decisions::spec;
-use crate::{admitted, cluster, fire, three_instances, ALGORITHMS};
+use crate::{admitted, cluster, fire, three_instances};
 
 #[tokio::test]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]
@@ -46,95 +46,6 @@ async fn the_cleanup_deletes_expired_rows_on_every_shard() {
         pg.cleanup().await.expect("cleanup");
     }
     assert_eq!(count().await, 0, "the cleanup deleted every expired row");
-}
-
-/// Single-shard checks run on their worker with no two-phase commit: the
-/// workers log every statement they run while this test lasts, and none is
-/// a `PREPARE TRANSACTION`, while a reset (which deletes on every shard)
-/// does show one, so the log would tell.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a Citus cluster: scripts/test --citus"]
-async fn checks_on_one_shard_use_no_two_phase_commit() {
-    let (url, dir) = cluster();
-    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
-    let logging = WorkerLogs::start(&dir).await;
-    for algorithm in ALGORITHMS {
-        for _ in 0..10 {
-            let body = json!({ "key": unique("one"), "limit": 5, "window": "1m", "algorithm": algorithm });
-            assert_eq!(check(&app, body).await.status, StatusCode::OK);
-        }
-    }
-    let checks = logging.read();
-    assert!(checks.matches("pglimit_check_node").count() >= 40, "every check ran on a worker: {checks}");
-    assert_eq!(checks.matches("PREPARE TRANSACTION").count(), 0, "no two-phase commit: {checks}");
-    let reset = json!({ "key": unique("any"), "limit": 5, "window": "1m" });
-    let reset = common::call(&app, "POST", "/reset", reset).await;
-    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
-    let all = logging.read();
-    assert!(all.matches("PREPARE TRANSACTION").count() > 0, "a reset spans shards: {all}");
-}
-
-/// The workers' statement logs, from the start of a test; `log_statement`
-/// is back to its default when this is dropped.
-struct WorkerLogs {
-    dir: PathBuf,
-    from: Vec<usize>,
-}
-
-const WORKERS: [&str; 2] = ["worker1", "worker2"];
-
-impl WorkerLogs {
-    async fn start(dir: &std::path::Path) -> Self {
-        set_worker_setting(dir, "SET log_statement = 'all'").await;
-        let from = WORKERS.iter().map(|w| log_text(dir, w).len()).collect();
-        Self { dir: dir.to_owned(), from }
-    }
-
-    fn read(&self) -> String {
-        // The logger writes a statement before it runs, so what has been
-        // answered is in the file.
-        WORKERS.iter().zip(&self.from).map(|(w, &from)| log_text(&self.dir, w)[from..].to_owned()).collect()
-    }
-}
-
-impl Drop for WorkerLogs {
-    fn drop(&mut self) {
-        let dir = self.dir.clone();
-        let reset = std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(set_worker_setting(&dir, "RESET log_statement"));
-        });
-        reset.join().expect("log_statement reset");
-    }
-}
-
-fn log_text(dir: &std::path::Path, worker: &str) -> String {
-    let bytes = std::fs::read(dir.join(format!("{worker}.log"))).expect("worker log");
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// `ALTER SYSTEM <change>` and a reload on each worker, directly.
-async fn set_worker_setting(dir: &std::path::Path, change: &str) {
-    let password = std::fs::read_to_string(dir.join("password")).expect("password");
-    for worker in WORKERS {
-        let port = std::fs::read_to_string(dir.join(format!("{worker}.port"))).expect("port");
-        let url = format!("postgres://pglimit:{}@127.0.0.1:{}/postgres", password.trim(), port.trim());
-        let pool = crate::direct(&url).await;
-        sqlx::query(&format!("ALTER SYSTEM {change}")).execute(&pool).await.expect("alter system");
-        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await.expect("reload");
-        // A reload is signalled, not awaited: wait until a new session sees it.
-        let want = if change.starts_with("SET") { "all" } else { "none" };
-        for _ in 0..100 {
-            let (now,): (String,) =
-                sqlx::query_as("SHOW log_statement").fetch_one(&pool).await.expect("show");
-            if now == want {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        pool.close().await;
-    }
 }
 
 /// A shard moved to the other worker while checks on it are in flight:

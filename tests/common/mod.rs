@@ -183,6 +183,7 @@ pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pgli
         cleanup_batch: 1000,
         unlogged: false,
         citus: pglimit::storage::Citus::Auto,
+        citus_checks: pglimit::storage::CitusChecks::Workers,
         reach,
     };
     pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")

@@ -3,7 +3,7 @@
 
 use crate::config::postgres::SchemaName;
 use crate::config::setting::{OneOf, Range, Setting, Text, Unset::*, BOOLEAN};
-use crate::storage::{Citus, Pooler};
+use crate::storage::{Citus, CitusChecks, Pooler};
 
 pub static DATABASE_URL: Setting<Text> = Setting {
     var: "DATABASE_URL",
@@ -149,5 +149,15 @@ pub static CITUS: Setting<OneOf<Citus>> = Setting {
     unset: Is("auto"),
     help: "Distribute the counters over a Citus cluster, each call on one shard; auto: when the citus \
            extension is there.",
+    secret: false,
+};
+
+pub static CITUS_CHECKS: Setting<OneOf<CitusChecks>> = Setting {
+    var: "PGLIMIT_CITUS_CHECKS",
+    flag: "citus-checks",
+    values: OneOf(&[("workers", CitusChecks::Workers), ("coordinator", CitusChecks::Coordinator)]),
+    unset: Is("workers"),
+    help: "In Citus mode, send each check straight to the worker holding its shard (reachable as \
+           pg_dist_node names it), or through the coordinator.",
     secret: false,
 };

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::oneshot;
 
+use super::citus::Node;
 use super::lane::{Job, Task};
 use super::layout::Layout;
 use super::session::{classify, is_sqlstate, timed_out, Session};
@@ -21,13 +22,13 @@ pub(super) type Slot = Option<(PgConnection, u64)>;
 
 /// Decides `jobs` (all of one task kind and one clock) in one call on
 /// `slot`, answers each caller, and hands the connection back.
-pub(super) async fn call(session: &Session, mut slot: Slot, jobs: Vec<Job>) -> Slot {
+pub(super) async fn call(session: &Session, node: Option<&Node>, mut slot: Slot, jobs: Vec<Job>) -> Slot {
     let sent = Instant::now();
     let now = jobs.first().and_then(|job| job.now);
     let (jobs, mut replies): (Vec<Sent>, Vec<Reply>) =
         jobs.into_iter().map(|j| ((j.batch, j.task, j.queued), j.reply)).unzip();
     let batches = jobs.iter().map(|(batch, ..)| batch).collect();
-    let work = Work { batches, tasks: jobs.iter().map(|(_, task, _)| task).collect(), now };
+    let work = Work { batches, tasks: jobs.iter().map(|(_, task, _)| task).collect(), now, node };
     let result = tokio::select! {
         result = run_again_if_ended(session, &mut slot, &work) => result,
         () = abandoned(&mut replies, sent + session.patience()) => {
@@ -66,6 +67,8 @@ struct Work<'a> {
     batches: Vec<&'a CheckBatch>,
     tasks: Vec<&'a Task>,
     now: Option<DateTime<Utc>>,
+    /// Where the lane connects: a Citus worker, or the URL's server.
+    node: Option<&'a Node>,
 }
 type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
@@ -95,13 +98,13 @@ async fn run_again_if_ended(
 /// One call on the connection, opened afresh if it is from before an outage
 /// or was lost.
 async fn run(session: &Session, slot: &mut Slot, work: &Work<'_>) -> Result<Vec<Answer>, sqlx::Error> {
-    let Work { batches, tasks, now } = work;
+    let Work { batches, tasks, now, node } = work;
     let generation = session.generation();
     if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
         *slot = None;
     }
     if slot.is_none() {
-        *slot = Some((session.open().await?, generation));
+        *slot = Some((session.open_on(*node).await?, generation));
     }
     let Some((conn, _)) = slot.as_mut() else {
         return Err(timed_out("connecting"));

@@ -37,6 +37,7 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::call::{call, Slot};
+use super::citus::Node;
 use super::session::Session;
 use crate::storage::{Answer, CheckBatch, Key, StoreError};
 
@@ -90,6 +91,7 @@ impl Task {
 /// until every sender of `queue` is gone and every call has ended.
 pub(super) async fn lane(
     session: Arc<Session>,
+    node: Option<Node>,
     mut queue: mpsc::Receiver<Job>,
     conns: Vec<PgConnection>,
     depth: usize,
@@ -99,8 +101,9 @@ pub(super) async fn lane(
     let (mut waiting, mut flying) = (Waiting::default(), InFlight::default());
     // The calls run inside this task rather than as tasks of their own: a
     // task per call cost two more wake-ups per call, measurably more CPU.
-    let session = &*session;
-    let start = |id: u64, slot: Slot, jobs: Vec<Job>| async move { (id, call(session, slot, jobs).await) };
+    let (session, node) = (&*session, node.as_ref());
+    let start =
+        |id: u64, slot: Slot, jobs: Vec<Job>| async move { (id, call(session, node, slot, jobs).await) };
     let mut calls = FuturesUnordered::new();
     let (mut open, mut next_id) = (true, 0u64);
     let mut gather: Option<Gather> = None;

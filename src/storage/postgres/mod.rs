@@ -36,15 +36,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Answer, CheckBatch, Stale, Store, StoreError};
 use actions::ActionConn;
-pub use citus::Citus;
+pub use citus::{Citus, CitusChecks};
 use cleanup::Cleanup;
 use health::Health;
 pub use health::{ALIVE_FOR, BEAT_EVERY};
 use lane::{lane, Job, Task};
+use layout::LaneTarget;
 use listener::Heard;
 pub use pooler::Pooler;
 pub use schema::functions_schema;
@@ -72,6 +74,8 @@ pub struct PgStoreOptions {
     pub unlogged: bool,
     /// Whether to distribute the counters over a Citus cluster.
     pub citus: Citus,
+    /// In Citus mode, whether checks go straight to the workers.
+    pub citus_checks: CitusChecks,
     /// Through which pooler, and into which schema.
     pub reach: Reach,
 }
@@ -109,6 +113,8 @@ pub struct PgStore {
 /// A lane's queue.
 struct LaneHandle {
     queue: mpsc::Sender<Job>,
+    /// The Citus group whose checks this lane sends straight to its worker.
+    worker: Option<i32>,
 }
 
 impl PgStore {
@@ -118,22 +124,10 @@ impl PgStore {
         let session =
             Arc::new(Session::new(url, options.longest_wait, options.reach)?.with_patience(options.patience));
         session.prepare(options.unlogged, options.citus).await?;
-        // Connect every lane, and the health connection, now and together:
-        // a burst on a cold start would otherwise queue behind a storm of
-        // connection handshakes.
-        let mut opening = tokio::task::JoinSet::new();
-        for _ in 0..=options.connections.max(1) {
-            let session = Arc::clone(&session);
-            opening.spawn(async move { session.open().await });
-        }
-        let mut conns = Vec::new();
-        while let Some(opened) = opening.join_next().await {
-            conns.push(opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))??);
-        }
-        let health_conn = conns.pop();
-        let lanes = Self::start_lanes(&session, conns, options.pipeline);
+        let targets = session.layout().lanes(options.connections.max(1) as usize, options.citus_checks);
+        let (conns, health_conn) = Self::open_lanes(&session, &targets).await?;
+        let lanes = Self::start_lanes(&session, targets, conns, options.pipeline);
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
-        let health_conn = health_conn.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?;
         let health = Arc::new(Health::new(&session, health_conn));
         let heard = Arc::new(Heard::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));
@@ -147,15 +141,44 @@ impl PgStore {
         Ok(Self { lanes, session, cleanup, health, actions, heard, listening: listen, _listening })
     }
 
-    /// One lane on every connection; in Citus mode, one lane per connection,
-    /// since each worker's checks go to a lane of their own.
-    fn start_lanes(session: &Arc<Session>, conns: Vec<sqlx::PgConnection>, depth: u32) -> Arc<[LaneHandle]> {
-        let start = |conns| {
+    /// Opens every lane's connections, and the health connection, now and
+    /// together: a burst on a cold start would otherwise queue behind a
+    /// storm of connection handshakes.
+    async fn open_lanes(
+        session: &Arc<Session>,
+        targets: &[LaneTarget],
+    ) -> Result<(Vec<Vec<PgConnection>>, PgConnection), sqlx::Error> {
+        let mut opening = tokio::task::JoinSet::new();
+        let each = targets.iter().enumerate().flat_map(|(i, t)| std::iter::repeat_n((Some(i), t), t.width));
+        for (lane, target) in each.chain([(None, &LaneTarget::default())]) {
+            let (session, node) = (Arc::clone(session), target.node.clone());
+            opening.spawn(async move {
+                let opened = session.open_on(node.as_ref()).await;
+                (lane, opened.map_err(|e| citus::unreachable_worker(node.as_ref(), e)))
+            });
+        }
+        let (mut conns, mut health) = (targets.iter().map(|_| Vec::new()).collect::<Vec<_>>(), None);
+        while let Some(opened) = opening.join_next().await {
+            match opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))? {
+                (Some(lane), conn) => conns[lane].push(conn?),
+                (None, conn) => health = Some(conn?),
+            }
+        }
+        Ok((conns, health.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?))
+    }
+
+    fn start_lanes(
+        session: &Arc<Session>,
+        targets: Vec<LaneTarget>,
+        conns: Vec<Vec<PgConnection>>,
+        depth: u32,
+    ) -> Arc<[LaneHandle]> {
+        let start = |(target, conns): (LaneTarget, _)| {
             let (queue, jobs) = mpsc::channel(1024);
-            tokio::spawn(lane(Arc::clone(session), jobs, conns, depth as usize));
-            LaneHandle { queue }
+            tokio::spawn(lane(Arc::clone(session), target.node, jobs, conns, depth as usize));
+            LaneHandle { queue, worker: target.worker }
         };
-        session.layout().lanes(conns).into_iter().map(start).collect()
+        targets.into_iter().zip(conns).map(start).collect()
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -196,8 +219,12 @@ impl PgStore {
         now: Option<DateTime<Utc>>,
     ) -> Result<Answer, StoreError> {
         // A worker's checks on lanes of their own: one call per worker per batch.
-        let lane_of =
-            |part: &citus::Part| &self.lanes[part.worker.unsigned_abs() as usize % self.lanes.len()];
+        // A worker that joined after start-up is reached through another
+        // node, which delegates the call onward.
+        let lane_of = |part: &citus::Part| {
+            let direct = self.lanes.iter().find(|lane| lane.worker == Some(part.worker));
+            direct.unwrap_or(&self.lanes[part.worker.unsigned_abs() as usize % self.lanes.len()])
+        };
         let mut pending = Vec::with_capacity(parts.len());
         for part in &parts {
             pending.push(Self::enqueue(lane_of(part), part.batch.clone(), now, Task::Check).await);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
-use super::citus::{self, Citus};
+use super::citus::{self, Citus, Node};
 use super::layout::Layout;
 use super::pooler::{quote_ident, Pooler, Settings};
 use crate::storage::StoreError;
@@ -118,8 +118,20 @@ impl Session {
     }
 
     pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
+        self.open_on(None).await
+    }
+
+    /// A configured connection to `node` (a Citus worker, with the
+    /// coordinator's credentials and TLS settings), or to the URL's server.
+    pub async fn open_on(&self, node: Option<&Node>) -> Result<PgConnection, sqlx::Error> {
         let open = async {
-            let mut conn = self.connect().await?;
+            let mut conn = match node {
+                None => self.connect().await?,
+                Some(node) => {
+                    let options = self.connect_options().host(&node.host).port(node.port);
+                    PgConnection::connect_with(&options).await?
+                }
+            };
             if self.pooler != Pooler::Transaction {
                 conn.execute(self.settings().for_session()).await?;
             }

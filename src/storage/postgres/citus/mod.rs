@@ -45,6 +45,41 @@ pub enum Citus {
     Off,
 }
 
+/// `PGLIMIT_CITUS_CHECKS`: where an instance sends its checks in Citus mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CitusChecks {
+    /// Straight to the worker that holds their shard, on connections of
+    /// their own: the coordinator is off the check path.
+    #[default]
+    Workers,
+    /// Through the coordinator, which delegates each call to its worker.
+    Coordinator,
+}
+
+/// A node holding pglimit's shards, as the coordinator's `pg_dist_node`
+/// names it: its Citus group, and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Node {
+    pub group: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Says which worker a connection at start-up failed to reach, and what to
+/// do; errors from the URL's server pass unchanged.
+pub(super) fn unreachable_worker(node: Option<&Node>, e: sqlx::Error) -> sqlx::Error {
+    let Some(node) = node else { return e };
+    sqlx::Error::Configuration(
+        format!(
+            "PGLIMIT_CITUS_CHECKS=workers: cannot connect to Citus worker {}:{} (group {}) with the \
+             coordinator's credentials: {e}; make the workers reachable from pglimit as pg_dist_node \
+             names them, or set PGLIMIT_CITUS_CHECKS=coordinator",
+            node.host, node.port, node.group
+        )
+        .into(),
+    )
+}
+
 /// Distributes the tables; run once, by whichever instance comes first.
 const SETUP: &str = include_str!("setup.sql");
 /// The functions each call runs on one shard; replaced at every start.
@@ -55,6 +90,14 @@ const PLACEMENTS: &str = "
 SELECT (SELECT min(p.groupid) FROM pg_dist_placement p
         WHERE p.shardid = get_shard_id_for_distribution_column('pglimit_buckets', r.route))
 FROM pglimit_routes r ORDER BY r.slot";
+
+/// The nodes holding a shard of the counters, by group.
+const NODES: &str = "
+SELECT DISTINCT n.groupid, n.nodename, n.nodeport FROM pg_dist_node n
+JOIN pg_dist_placement p ON p.groupid = n.groupid
+JOIN pg_dist_shard s ON s.shardid = p.shardid
+WHERE s.logicalrelid = 'pglimit_buckets'::regclass AND n.noderole = 'primary' AND n.isactive
+ORDER BY 1";
 
 /// Serialises the set-up between instances starting together.
 const SETUP_LOCK: i64 = 0x7067_6c69_6d69_7401;
@@ -69,6 +112,8 @@ pub(super) struct Routes {
     /// The worker of each slot's route, as last read; may be stale after a
     /// shard move, which a call then reports.
     workers: ArcSwap<Vec<i32>>,
+    /// The nodes that held a shard at start-up.
+    nodes: Vec<Node>,
 }
 
 impl Routes {
@@ -87,6 +132,11 @@ impl Routes {
 
     pub fn all(&self) -> &[i32] {
         &self.routes
+    }
+
+    /// The nodes that held a shard at start-up, in group order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
     }
 
     /// Reads again which worker holds each route.
@@ -140,7 +190,13 @@ pub(super) async fn setup(
     if routes.is_empty() {
         return Err(sqlx::Error::Protocol("pglimit_routes is empty".into()));
     }
-    let routes = Routes { routes: routes.into_iter().map(|(r,)| r).collect(), workers: ArcSwap::default() };
+    let nodes: Vec<(i32, String, i32)> = sqlx::query_as(NODES).fetch_all(&mut *conn).await?;
+    let nodes = nodes
+        .into_iter()
+        .map(|(group, host, port)| Node { group, host, port: u16::try_from(port).unwrap_or(5432) })
+        .collect();
+    let routes = routes.into_iter().map(|(r,)| r).collect();
+    let routes = Routes { routes, workers: ArcSwap::default(), nodes };
     routes.refresh(conn).await?;
     tracing::info!(
         routes = routes.routes.len(),

@@ -10,7 +10,7 @@ mod single;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::citus::{Part, Routes};
+use super::citus::{CitusChecks, Node, Part, Routes};
 use super::session::Session;
 use crate::algorithm::State;
 use crate::storage::{Answer, BlockTarget, CheckBatch, Held, Key};
@@ -38,13 +38,21 @@ impl Layout {
         }
     }
 
-    /// The lanes' connections, one group per lane: one lane on a single
-    /// node; in Citus mode one per connection, since each worker's checks
-    /// go to a lane of their own.
-    pub fn lanes(&self, conns: Vec<PgConnection>) -> Vec<Vec<PgConnection>> {
+    /// The lanes of `connections` connections for checks: one lane on a
+    /// single node; in Citus mode one lane per worker, on connections to
+    /// that worker, or through the coordinator one lane per connection,
+    /// since each worker's checks go to a lane of their own.
+    pub fn lanes(&self, connections: usize, checks: CitusChecks) -> Vec<LaneTarget> {
+        let through = |width| LaneTarget { worker: None, node: None, width };
         match self {
-            Layout::Single => vec![conns],
-            Layout::Citus(_) => conns.into_iter().map(|conn| vec![conn]).collect(),
+            Layout::Single => vec![through(connections)],
+            Layout::Citus(_) if checks == CitusChecks::Coordinator => vec![through(1); connections],
+            Layout::Citus(routes) => {
+                let width = connections.div_ceil(routes.nodes().len().max(1));
+                let direct =
+                    |node: &Node| LaneTarget { worker: Some(node.group), node: Some(node.clone()), width };
+                routes.nodes().iter().map(direct).collect()
+            }
         }
     }
 
@@ -138,6 +146,16 @@ impl Layout {
             Layout::Citus(routes) => citus::ping_workers(conn, routes).await,
         }
     }
+}
+
+/// Where a lane connects, and with how many connections.
+#[derive(Debug, Clone, Default)]
+pub(super) struct LaneTarget {
+    /// The Citus group whose checks the lane takes; `None`: any.
+    pub worker: Option<i32>,
+    /// The worker it connects to; `None`: the URL's server.
+    pub node: Option<Node>,
+    pub width: usize,
 }
 
 /// An operator's block as a layout writes it: its statement, and in Citus

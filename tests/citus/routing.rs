@@ -1,0 +1,144 @@
+//! Where checks go: straight to the workers (`PGLIMIT_CITUS_CHECKS=workers`,
+//! the default) or through the coordinator, and on one shard without a
+//! two-phase commit. Each node's statement log tells.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::common::{self, check, instance, unique};
+use crate::{cluster, ALGORITHMS};
+
+/// Checks go straight to the workers: the coordinator runs none of their
+/// calls, each worker runs its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn checks_go_straight_to_the_workers_and_not_through_the_coordinator() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let logging = NodeLogs::start(&dir).await;
+    for n in 0..40 {
+        let body = json!({ "key": unique(&format!("straight{n}")), "limit": 5, "window": "1m" });
+        assert_eq!(check(&app, body).await.status, StatusCode::OK);
+    }
+    let coordinator = logging.read(&["coordinator"]);
+    assert_eq!(
+        coordinator.matches("pglimit_check_node").count(),
+        0,
+        "no check on the coordinator: {coordinator}"
+    );
+    for worker in WORKERS {
+        let ran = logging.read(&[worker]).matches("pglimit_check_node").count();
+        assert!(ran > 0, "{worker} decided its own keys' checks");
+    }
+    assert!(logging.read(&WORKERS).matches("pglimit_check_node").count() >= 40, "every check on a worker");
+}
+
+/// With `PGLIMIT_CITUS_CHECKS=coordinator` every check goes through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn checks_go_through_the_coordinator_when_so_configured() {
+    let (url, dir) = cluster();
+    let settings = [("PGLIMIT_CLEANUP_RATE", "0"), ("PGLIMIT_CITUS_CHECKS", "coordinator")];
+    let app = instance(&url, &settings).await;
+    let logging = NodeLogs::start(&dir).await;
+    for n in 0..20 {
+        let body = json!({ "key": unique(&format!("through{n}")), "limit": 5, "window": "1m" });
+        assert_eq!(check(&app, body).await.status, StatusCode::OK);
+    }
+    let coordinator = logging.read(&["coordinator"]);
+    assert!(coordinator.matches("pglimit_check_node").count() >= 20, "every check via the coordinator");
+}
+
+/// Single-shard checks run on their worker with no two-phase commit: the
+/// workers log every statement they run while this test lasts, and none is
+/// a `PREPARE TRANSACTION`, while a reset (which deletes on every shard)
+/// does show one, so the log would tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn checks_on_one_shard_use_no_two_phase_commit() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let logging = NodeLogs::start(&dir).await;
+    for algorithm in ALGORITHMS {
+        for _ in 0..10 {
+            let body = json!({ "key": unique("one"), "limit": 5, "window": "1m", "algorithm": algorithm });
+            assert_eq!(check(&app, body).await.status, StatusCode::OK);
+        }
+    }
+    let checks = logging.read(&WORKERS);
+    assert!(checks.matches("pglimit_check_node").count() >= 40, "every check ran on a worker: {checks}");
+    assert_eq!(checks.matches("PREPARE TRANSACTION").count(), 0, "no two-phase commit: {checks}");
+    let reset = json!({ "key": unique("any"), "limit": 5, "window": "1m" });
+    let reset = common::call(&app, "POST", "/reset", reset).await;
+    assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
+    let all = logging.read(&WORKERS);
+    assert!(all.matches("PREPARE TRANSACTION").count() > 0, "a reset spans shards: {all}");
+}
+
+const WORKERS: [&str; 2] = ["worker1", "worker2"];
+const NODES: [&str; 3] = ["coordinator", "worker1", "worker2"];
+
+/// Every node's statement log, from the start of a test; `log_statement`
+/// is back to its default when this is dropped.
+struct NodeLogs {
+    dir: PathBuf,
+    from: Vec<usize>,
+}
+
+impl NodeLogs {
+    async fn start(dir: &Path) -> Self {
+        set_log_statement(dir, "SET log_statement = 'all'").await;
+        let from = NODES.iter().map(|node| log_text(dir, node).len()).collect();
+        Self { dir: dir.to_owned(), from }
+    }
+
+    /// What `nodes` logged since the start. The logger writes a statement
+    /// before it runs, so what has been answered is in the file.
+    fn read(&self, nodes: &[&str]) -> String {
+        let since = NODES.iter().zip(&self.from).filter(|(node, _)| nodes.contains(node));
+        since.map(|(node, &from)| log_text(&self.dir, node)[from..].to_owned()).collect()
+    }
+}
+
+impl Drop for NodeLogs {
+    fn drop(&mut self) {
+        let dir = self.dir.clone();
+        let reset = std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(set_log_statement(&dir, "RESET log_statement"));
+        });
+        reset.join().expect("log_statement reset");
+    }
+}
+
+fn log_text(dir: &Path, node: &str) -> String {
+    let bytes = std::fs::read(dir.join(format!("{node}.log"))).expect("node log");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `ALTER SYSTEM <change>` and a reload on each node, directly.
+async fn set_log_statement(dir: &Path, change: &str) {
+    let password = std::fs::read_to_string(dir.join("password")).expect("password");
+    for node in NODES {
+        let port = std::fs::read_to_string(dir.join(format!("{node}.port"))).expect("port");
+        let url = format!("postgres://pglimit:{}@127.0.0.1:{}/postgres", password.trim(), port.trim());
+        let pool = crate::direct(&url).await;
+        sqlx::query(&format!("ALTER SYSTEM {change}")).execute(&pool).await.expect("alter system");
+        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await.expect("reload");
+        // A reload is signalled, not awaited: wait until a new session sees it.
+        let want = if change.starts_with("SET") { "all" } else { "none" };
+        for _ in 0..100 {
+            let (now,): (String,) =
+                sqlx::query_as("SHOW log_statement").fetch_one(&pool).await.expect("show");
+            if now == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pool.close().await;
+    }
+}
