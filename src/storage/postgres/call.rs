@@ -112,7 +112,7 @@ async fn run(session: &Session, slot: &mut Slot, work: &Work<'_>) -> Result<Vec<
     let sending = async {
         let layout = session.layout();
         if tasks.first().is_none_or(|t| t.is_check()) {
-            layout.decide(conn, batches, *now, session.per_transaction()).await
+            layout.decide(conn, batches, *now, session.per_transaction(), *node).await
         } else {
             refund(conn, layout, batches, tasks).await
         }

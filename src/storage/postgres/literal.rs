@@ -13,7 +13,6 @@ use sqlx::query::QueryAs;
 
 /// One parameter of the check statements.
 pub(super) enum Arg<'a> {
-    Int(i32),
     Ints(Vec<i32>),
     Smallints(Vec<i16>),
     Bigints(Vec<i64>),
@@ -32,7 +31,6 @@ impl<'a> Arg<'a> {
         'a: 'q,
     {
         match self {
-            Arg::Int(v) => query.bind(v),
             Arg::Ints(v) => query.bind(v),
             Arg::Smallints(v) => query.bind(v),
             Arg::Bigints(v) => query.bind(v),
@@ -44,7 +42,6 @@ impl<'a> Arg<'a> {
 
     fn written(&self) -> String {
         match self {
-            Arg::Int(v) => format!("{v}::integer"),
             Arg::Ints(v) => numbers(v, "integer"),
             Arg::Smallints(v) => numbers(v, "smallint"),
             Arg::Bigints(v) => numbers(v, "bigint"),
@@ -133,11 +130,11 @@ mod tests {
     #[test]
     fn parameters_are_replaced_but_not_inside_quotes_or_comments() {
         let sql = "SELECT $1, '$1', $10 -- $2\nFROM t WHERE x = $2";
-        let mut args: Vec<Arg> = (1..=10).map(Arg::Int).collect();
+        let mut args: Vec<Arg> = (1..=10).map(|v| Arg::Ints(vec![v])).collect();
         args[1] = Arg::Clock(None);
         assert_eq!(
             written_out(sql, &args).expect("every parameter has a value"),
-            "SELECT 1::integer, '$1', 10::integer -- $2\nFROM t WHERE x = NULL::timestamptz"
+            "SELECT '{1}'::integer[], '$1', '{10}'::integer[] -- $2\nFROM t WHERE x = NULL::timestamptz"
         );
         let missing = written_out("SELECT $3", &args[..2]).expect_err("no third value");
         assert!(missing.to_string().contains("no value for $3"), "{missing}");

@@ -135,7 +135,7 @@ impl Session {
             if self.pooler != Pooler::Transaction {
                 conn.execute(self.settings().for_session()).await?;
             }
-            self.layout().configure(&mut conn).await?;
+            self.layout().configure(&mut conn, node.is_some()).await?;
             Ok(conn)
         };
         match tokio::time::timeout(self.hard_limit, open).await {

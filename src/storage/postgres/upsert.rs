@@ -31,7 +31,7 @@ use crate::storage::CheckBatch;
 /// Every check one fixed-window bucket: the commonest batch, and the
 /// leanest statement (the policy one costs 0.03-0.15 ms more a call:
 /// docs/performance.md).
-const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
+pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
 /// among one-bucket fixed-window and token-bucket checks (a batch of
@@ -102,23 +102,33 @@ pub(super) async fn run(
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
+    let sql = match road {
+        Road::OneBucket => ONE_BUCKET_UPSERT,
+        Road::Algorithms => ALGORITHMS_UPSERT,
+        Road::Policy => POLICY_UPSERT,
+    };
+    fetch_rows(conn, sql, args(road, batches, now), None).await
+}
+
+/// The arguments of `road`'s upsert for `batches`.
+pub(super) fn args<'a>(
+    road: Road,
+    batches: &'a [&'a CheckBatch],
+    now: Option<DateTime<Utc>>,
+) -> Vec<Arg<'a>> {
     let buckets = || buckets_of(batches);
     let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
     let limits = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect());
     let windows = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
     let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
     let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
-    let (sql, args) = match road {
-        Road::OneBucket => (ONE_BUCKET_UPSERT, vec![keys, limits, windows, costs, Arg::Clock(now)]),
-        Road::Algorithms => {
-            (ALGORITHMS_UPSERT, vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()])
-        }
+    match road {
+        Road::OneBucket => vec![keys, limits, windows, costs, Arg::Clock(now)],
+        Road::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
         Road::Policy => {
             let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());
             let sizes = Arg::Ints(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
-            let args = vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes];
-            (POLICY_UPSERT, args)
+            vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes]
         }
-    };
-    fetch_rows(conn, sql, args, None).await
+    }
 }

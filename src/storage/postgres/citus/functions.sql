@@ -9,25 +9,29 @@
 -- (force_custom_plan): the service's sessions force generic plans, with
 -- which Citus cannot route a statement whose route is a parameter.
 
--- The name of `p_table`'s shard for `p_route` on this node, locked against
+-- Locks shard `p_shard` on this node against
 -- a shard move as Citus' own writes lock it (a move blocks writes with an
 -- ExclusiveLock on the shard's metadata; this RowExclusiveLock waits for
 -- it, and it for this). A call that finds the shard gone (moved while the
 -- call waited) fails with a serialization error rather than write into a
 -- copy that is about to be dropped.
-CREATE OR REPLACE FUNCTION pglimit_local_shard(p_table regclass, p_route integer)
-RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-    shard bigint := get_shard_id_for_distribution_column(p_table, p_route);
+CREATE OR REPLACE FUNCTION pglimit_lock_shard(p_shard bigint)
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-    PERFORM lock_shard_metadata(3, ARRAY[shard]);
+    PERFORM lock_shard_metadata(3, ARRAY[p_shard]);
     IF NOT EXISTS (SELECT 1 FROM pg_dist_placement p
-                   WHERE p.shardid = shard AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
-        RAISE EXCEPTION 'pglimit: shard % of route % is not on this node', shard, p_route
+                   WHERE p.shardid = p_shard AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
+        RAISE EXCEPTION 'pglimit: shard % is not on this node', p_shard
             USING ERRCODE = 'serialization_failure', HINT = 'a shard move ended while the call waited; retry';
     END IF;
-    RETURN shard_name(p_table, shard);
+    RETURN p_shard;
 END
+$$;
+
+-- The name of `p_table`'s shard for `p_route` on this node, locked as above.
+CREATE OR REPLACE FUNCTION pglimit_local_shard(p_table regclass, p_route integer)
+RETURNS text LANGUAGE sql SET search_path FROM CURRENT AS $$
+    SELECT shard_name(p_table, pglimit_lock_shard(get_shard_id_for_distribution_column(p_table, p_route)))
 $$;
 
 -- pglimit_check_batch (sql/batch.sql) for buckets whose shards are all on

@@ -21,6 +21,7 @@
 //! Citus mode are the layout's (`layout/citus.rs`).
 
 mod parts;
+mod shard;
 
 use std::sync::Arc;
 
@@ -91,6 +92,13 @@ SELECT (SELECT min(p.groupid) FROM pg_dist_placement p
         WHERE p.shardid = get_shard_id_for_distribution_column('pglimit_buckets', r.route))
 FROM pglimit_routes r ORDER BY r.slot";
 
+/// Each slot's route and its shards: the counters' (id and name) and the blocks'.
+const SHARDS: &str = "
+SELECT r.route, b.shard, shard_name('pglimit_buckets', b.shard),
+       shard_name('pglimit_blocks', get_shard_id_for_distribution_column('pglimit_blocks', r.route))
+FROM pglimit_routes r, LATERAL (SELECT get_shard_id_for_distribution_column('pglimit_buckets', r.route) AS shard) b
+ORDER BY r.slot";
+
 /// The nodes holding a shard of the counters, by group.
 const NODES: &str = "
 SELECT DISTINCT n.groupid, n.nodename, n.nodeport FROM pg_dist_node n
@@ -114,6 +122,8 @@ pub(super) struct Routes {
     workers: ArcSwap<Vec<i32>>,
     /// The nodes that held a shard at start-up.
     nodes: Vec<Node>,
+    /// Each slot's one-bucket upsert, written for its route's shard.
+    upserts: Vec<String>,
 }
 
 impl Routes {
@@ -128,6 +138,11 @@ impl Routes {
 
     fn slot(&self, key: &Key) -> usize {
         usize::from(u16::from_be_bytes([key[0], key[1]])) % self.routes.len()
+    }
+
+    /// The one-bucket upsert on `key`'s shard ([`shard`]).
+    pub fn upsert(&self, key: &Key) -> &str {
+        &self.upserts[self.slot(key)]
     }
 
     pub fn all(&self) -> &[i32] {
@@ -185,18 +200,26 @@ pub(super) async fn setup(
     sqlx::query("SELECT set_config('search_path', $1, true)").bind(search_path).execute(&mut *tx).await?;
     sqlx::raw_sql(FUNCTIONS).execute(&mut *tx).await?;
     tx.commit().await?;
-    let routes: Vec<(i32,)> =
-        sqlx::query_as("SELECT route FROM pglimit_routes ORDER BY slot").fetch_all(&mut *conn).await?;
-    if routes.is_empty() {
+    let shards: Vec<(i32, i64, String, String)> = sqlx::query_as(SHARDS).fetch_all(&mut *conn).await?;
+    if shards.is_empty() {
         return Err(sqlx::Error::Protocol("pglimit_routes is empty".into()));
     }
+    let shards = shards.into_iter().map(|(route, buckets, buckets_name, blocks_name)| shard::Shard {
+        route,
+        buckets,
+        buckets_name,
+        blocks_name,
+    });
+    let (routes, upserts) = shards
+        .map(|shard| Ok((shard.route, shard::one_bucket_upsert(&shard)?)))
+        .collect::<Result<(Vec<i32>, Vec<String>), String>>()
+        .map_err(sqlx::Error::Protocol)?;
     let nodes: Vec<(i32, String, i32)> = sqlx::query_as(NODES).fetch_all(&mut *conn).await?;
     let nodes = nodes
         .into_iter()
         .map(|(group, host, port)| Node { group, host, port: u16::try_from(port).unwrap_or(5432) })
         .collect();
-    let routes = routes.into_iter().map(|(r,)| r).collect();
-    let routes = Routes { routes, workers: ArcSwap::default(), nodes };
+    let routes = Routes { routes, workers: ArcSwap::default(), nodes, upserts };
     routes.refresh(conn).await?;
     tracing::info!(
         routes = routes.routes.len(),

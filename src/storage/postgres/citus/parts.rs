@@ -76,7 +76,12 @@ mod tests {
 
     /// Two slots: route 10 on worker 1, route 20 on worker 2.
     fn routes() -> Routes {
-        Routes { routes: vec![10, 20], workers: ArcSwap::new(Arc::new(vec![1, 2])), nodes: Vec::new() }
+        Routes {
+            routes: vec![10, 20],
+            workers: ArcSwap::new(Arc::new(vec![1, 2])),
+            nodes: Vec::new(),
+            upserts: Vec::new(),
+        }
     }
 
     fn bucket(second_byte: u8) -> BucketSpec {

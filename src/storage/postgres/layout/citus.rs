@@ -1,7 +1,8 @@
 //! The statements of Citus mode: each call confined to one worker, or to
 //! one route's shard, as [`Routes`] places the keys (see [`super::super::citus`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
@@ -10,12 +11,15 @@ use super::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
+use crate::storage::postgres::upsert::{self, Road};
 use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
 
-/// The batch function for buckets on one worker: $10 is the route Citus
-/// sends the call by, $11 each bucket's route. See `citus/functions.sql`.
-const CHECK_NODE: &str =
-    "SELECT * FROM pglimit_check_node($11, $12, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+/// The batch function for buckets on one worker, given the route Citus
+/// sends the call by (written into the statement, so that a generic plan
+/// sends it too) and, as $11, each bucket's route. See `citus/functions.sql`.
+fn check_node(route: i32) -> String {
+    format!("SELECT * FROM pglimit_check_node({route}, $11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+}
 
 /// Gives back what one part of a denied check took; see `citus/functions.sql`.
 const REFUND: &str = "SELECT pglimit_refund_node($1, $2, $3, $4, $5, $6, $7, $8, $9)";
@@ -56,50 +60,149 @@ FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
 WHERE t.route = $7 AND t.key = s.key",
 };
 
-/// Citus delegates a call to the worker of its route only when it sees the
-/// route's value: a generic plan has a parameter.
+/// Through the coordinator, Citus delegates a call to the worker of its
+/// route only when it sees the route's value: a generic plan has a
+/// parameter. Connections straight to a worker keep their generic plans.
 pub(super) async fn configure(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SET plan_cache_mode = force_custom_plan").execute(conn).await?;
     Ok(())
 }
 
-/// Whether a call failed because a shard it expected had moved away.
+/// Whether a call failed because a shard it expected had moved away: the
+/// lock found it gone, or (a shard's upsert) its table is no longer here.
 fn moved(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("40001")
-        && db.message().starts_with("pglimit: shard"))
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01")
+        || db.code().as_deref() == Some("40001") && db.message().starts_with("pglimit: shard"))
 }
 
-/// Decides `batches` (each on a single worker, as last read) with one call
-/// per worker, and returns one answer per batch, in order.
+/// One statement of a call: one route's one-bucket checks as its shard's
+/// upsert, or checks on one worker through the route function.
+enum Statement {
+    Upsert(Vec<usize>),
+    Node(Vec<usize>),
+}
+
+/// Decides `batches` (each on a single worker, as last read), and returns
+/// one answer per batch, in order. On a connection straight to worker
+/// `direct`, its one-bucket fixed-window checks take one statement per
+/// route; the rest, one call of the route function per worker.
 pub(super) async fn decide(
     conn: &mut PgConnection,
     routes: &Routes,
     batches: &[&CheckBatch],
     now: Option<DateTime<Utc>>,
+    direct: Option<i32>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
     for members in by_worker(routes, batches, 0..batches.len()) {
-        let decided = match decide_on_worker(conn, routes, batches, &members, now).await {
-            Err(e) if moved(&e) => {
-                // Nothing was written: read the placements and send anew.
-                routes.refresh(conn).await?;
-                let mut again = Vec::new();
-                for members in by_worker(routes, batches, members.iter().copied()) {
-                    let decided = decide_on_worker(conn, routes, batches, &members, now).await?;
-                    again.extend(members.into_iter().zip(decided));
-                }
-                again
+        for statement in statements_of(routes, batches, members, direct) {
+            let (Statement::Upsert(members) | Statement::Node(members)) = &statement;
+            let decided = match run(conn, routes, batches, &statement, now).await {
+                Err(e) if moved(&e) => resend(conn, routes, batches, members, now).await?,
+                decided => members.iter().copied().zip(decided?).collect(),
+            };
+            for (i, answer) in decided {
+                answers[i] = Some(answer);
             }
-            decided => members.into_iter().zip(decided?).collect(),
-        };
-        for (i, answer) in decided {
-            answers[i] = Some(answer);
         }
     }
     answers
         .into_iter()
         .map(|a| a.ok_or_else(|| sqlx::Error::Protocol("a check was left undecided".into())))
         .collect()
+}
+
+/// How long a call keeps sending checks after their shard when a move has
+/// just ended: each node sees the move's end as its part of the move's
+/// two-phase commit does, so for a moment the shard may be on neither.
+const MOVE_PATIENCE: Duration = Duration::from_millis(128);
+
+/// After a shard move (nothing was written): reads the placements again
+/// and sends `members` through the route function, which Citus delegates to
+/// each shard's new worker, until each is decided. The calls go with their
+/// values written out: Citus cannot delegate a generic plan, and the
+/// service's sessions force generic plans.
+async fn resend(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: &[usize],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<(usize, Answer)>, sqlx::Error> {
+    let (mut decided, mut pending, mut pause) = (Vec::new(), members.to_vec(), Duration::from_millis(1));
+    while !pending.is_empty() {
+        routes.refresh(conn).await?;
+        let mut left = Vec::new();
+        for group in by_worker(routes, batches, pending.into_iter()) {
+            match decide_on_worker(conn, routes, batches, &group, now, true).await {
+                Ok(answers) => decided.extend(group.into_iter().zip(answers)),
+                Err(e) if moved(&e) && pause <= MOVE_PATIENCE => left.extend(group),
+                Err(e) => return Err(e),
+            }
+        }
+        pending = left;
+        if !pending.is_empty() {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    Ok(decided)
+}
+
+/// The statements that decide `members` (on one worker): on that
+/// worker's own connection, each route's one-bucket fixed-window checks on
+/// distinct keys as its shard's upsert; everything else in one call of the
+/// route function.
+fn statements_of(
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    members: Vec<usize>,
+    direct: Option<i32>,
+) -> Vec<Statement> {
+    let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    let mut node = Vec::new();
+    for i in members {
+        let key = batches[i].buckets.first().map(|b| b.key);
+        let here = key.is_some_and(|key| direct == Some(routes.worker(&key)));
+        match upsert::road(&[batches[i]], true) {
+            Some(Road::OneBucket) if here => {
+                by_route.entry(routes.of(&batches[i].buckets[0].key)).or_default().push(i)
+            }
+            _ => node.push(i),
+        }
+    }
+    let mut statements = Vec::new();
+    for group in by_route.into_values() {
+        let mut keys = HashSet::new();
+        if group.iter().all(|&i| keys.insert(batches[i].buckets[0].key)) {
+            statements.push(Statement::Upsert(group));
+        } else {
+            node.extend(group); // the upsert proposes each key once
+        }
+    }
+    if !node.is_empty() {
+        node.sort_unstable();
+        statements.push(Statement::Node(node));
+    }
+    statements
+}
+
+async fn run(
+    conn: &mut PgConnection,
+    routes: &Routes,
+    batches: &[&CheckBatch],
+    statement: &Statement,
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Answer>, sqlx::Error> {
+    match statement {
+        Statement::Node(members) => decide_on_worker(conn, routes, batches, members, now, false).await,
+        Statement::Upsert(members) => {
+            let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+            let sql = routes.upsert(&group[0].buckets[0].key);
+            let args = upsert::args(Road::OneBucket, &group, now);
+            statements::answers(&group, statements::fetch_rows(conn, sql, args, None).await?)
+        }
+    }
 }
 
 /// The batches among `members` grouped by the worker of their first bucket.
@@ -122,14 +225,15 @@ async fn decide_on_worker(
     batches: &[&CheckBatch],
     members: &[usize],
     now: Option<DateTime<Utc>>,
+    written_out: bool,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
     let bucket_routes: Vec<i32> =
         group.iter().flat_map(|b| b.buckets.iter().map(|bucket| routes.of(&bucket.key))).collect();
     let route = bucket_routes.first().copied().unwrap_or(routes.all()[0]);
     let mut args = statements::check_args(&group, now);
-    args.extend([Arg::Int(route), Arg::Ints(bucket_routes)]);
-    let rows = statements::fetch_rows(conn, CHECK_NODE, args, None).await?;
+    args.push(Arg::Ints(bucket_routes));
+    let rows = statements::fetch_rows(conn, &check_node(route), args, written_out.then_some("")).await?;
     statements::answers(&group, rows)
 }
 

@@ -30,11 +30,12 @@ impl Layout {
         matches!(self, Layout::Single)
     }
 
-    /// Readies a newly opened connection for this layout's statements.
-    pub async fn configure(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    /// Readies a newly opened connection for this layout's statements;
+    /// `direct`: a connection straight to a Citus worker.
+    pub async fn configure(&self, conn: &mut PgConnection, direct: bool) -> Result<(), sqlx::Error> {
         match self {
-            Layout::Single => Ok(()),
-            Layout::Citus(_) => citus::configure(conn).await,
+            Layout::Citus(_) if !direct => citus::configure(conn).await,
+            _ => Ok(()),
         }
     }
 
@@ -67,17 +68,19 @@ impl Layout {
 
     /// Decides `batches` in one call, at `now` (`None`: the database's
     /// clock), and returns one answer per batch, in order. `per_transaction`:
-    /// behind a transaction pooler, the settings each transaction starts with.
+    /// behind a transaction pooler, the settings each transaction starts with;
+    /// `node`: the Citus worker the connection goes straight to.
     pub async fn decide(
         &self,
         conn: &mut PgConnection,
         batches: &[&CheckBatch],
         now: Option<DateTime<Utc>>,
         per_transaction: Option<&str>,
+        node: Option<&Node>,
     ) -> Result<Vec<Answer>, sqlx::Error> {
         match self {
             Layout::Single => single::decide(conn, batches, now, per_transaction).await,
-            Layout::Citus(routes) => citus::decide(conn, routes, batches, now).await,
+            Layout::Citus(routes) => citus::decide(conn, routes, batches, now, node.map(|n| n.group)).await,
         }
     }
 
