@@ -149,42 +149,31 @@ async fn resend(
     Ok(decided)
 }
 
-/// The statements that decide `members` (on one worker): on that
-/// worker's own connection, each route's one-bucket fixed-window checks on
-/// distinct keys as its shard's upsert; everything else in one call of the
-/// route function.
+/// The statements that decide `members` (on one worker). On that worker's
+/// own connection, when all of them are one-bucket fixed-window checks on
+/// distinct keys: one shard's upsert per route. Otherwise one call of the
+/// route function, which costs about the same whatever it carries, where
+/// each more statement would cost a commit.
 fn statements_of(
     routes: &Routes,
     batches: &[&CheckBatch],
     members: Vec<usize>,
     direct: Option<i32>,
 ) -> Vec<Statement> {
-    let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    let mut node = Vec::new();
-    for i in members {
+    let mut keys = HashSet::new();
+    let on_shards = members.iter().all(|&i| {
         let key = batches[i].buckets.first().map(|b| b.key);
-        let here = key.is_some_and(|key| direct == Some(routes.worker(&key)));
-        match upsert::road(&[batches[i]], true) {
-            Some(Road::OneBucket) if here => {
-                by_route.entry(routes.of(&batches[i].buckets[0].key)).or_default().push(i)
-            }
-            _ => node.push(i),
-        }
+        matches!(upsert::road(&[batches[i]], true), Some(Road::OneBucket))
+            && key.is_some_and(|key| direct == Some(routes.worker(&key)) && keys.insert(key))
+    });
+    if !on_shards {
+        return vec![Statement::Node(members)];
     }
-    let mut statements = Vec::new();
-    for group in by_route.into_values() {
-        let mut keys = HashSet::new();
-        if group.iter().all(|&i| keys.insert(batches[i].buckets[0].key)) {
-            statements.push(Statement::Upsert(group));
-        } else {
-            node.extend(group); // the upsert proposes each key once
-        }
+    let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for i in members {
+        by_route.entry(routes.of(&batches[i].buckets[0].key)).or_default().push(i);
     }
-    if !node.is_empty() {
-        node.sort_unstable();
-        statements.push(Statement::Node(node));
-    }
-    statements
+    by_route.into_values().map(Statement::Upsert).collect()
 }
 
 async fn run(
