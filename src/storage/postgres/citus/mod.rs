@@ -162,6 +162,15 @@ impl Routes {
     }
 }
 
+#[cfg(test)]
+impl Routes {
+    /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
+    pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
+        let upserts = routes.iter().map(|r| format!("upsert on route {r}")).collect();
+        Routes { routes, workers: ArcSwap::new(Arc::new(workers)), nodes: Vec::new(), upserts }
+    }
+}
+
 /// Whether to use Citus mode, per `wanted` and the database; in Citus mode,
 /// distributes the tables if no instance did yet, (re)creates the
 /// functions in the schema first on `search_path`, and returns the routes.

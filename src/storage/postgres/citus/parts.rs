@@ -65,10 +65,7 @@ pub(in crate::storage::postgres) fn merge(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
-
-    use arc_swap::ArcSwap;
 
     use super::*;
     use crate::algorithm::Algorithm;
@@ -76,12 +73,7 @@ mod tests {
 
     /// Two slots: route 10 on worker 1, route 20 on worker 2.
     fn routes() -> Routes {
-        Routes {
-            routes: vec![10, 20],
-            workers: ArcSwap::new(Arc::new(vec![1, 2])),
-            nodes: Vec::new(),
-            upserts: Vec::new(),
-        }
+        Routes::for_tests(vec![10, 20], vec![1, 2])
     }
 
     fn bucket(second_byte: u8) -> BucketSpec {

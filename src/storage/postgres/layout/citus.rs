@@ -287,3 +287,7 @@ pub(super) async fn ping_workers(conn: &mut PgConnection, routes: &Routes) -> Re
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "citus_tests.rs"]
+mod tests;
