@@ -7,11 +7,11 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{Invalid, KeySecret, Limiter, WaitLimits};
+use crate::limiter::{KeySecret, Limiter, WaitLimits};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth, MetricsEndpoint, Services};
-use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions, Store};
+use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
 use crate::telemetry;
 
 /// How often a degraded instance asks whether Postgres is back.
@@ -34,20 +34,6 @@ pub enum StartError {
          the network. Set PGLIMIT_API_TOKENS, or bind {variable} to a loopback address"
     )]
     OpenOnNetwork { addr: std::net::SocketAddr, variable: &'static str },
-    #[error("policy {policy:?}: {reason}")]
-    LeasesOnCitus { policy: String, reason: Invalid },
-}
-
-/// In Citus mode, where no lease can be kept, a policy that would take
-/// one is refused at start rather than on every check.
-fn no_leasing_bucket(policies: &Policies) -> Result<(), StartError> {
-    match policies.iter().find_map(|p| Some((p, p.leasing_bucket()?))) {
-        Some((policy, bucket)) => Err(StartError::LeasesOnCitus {
-            policy: policy.name.to_string(),
-            reason: Invalid::NoLeases { bucket: bucket.name.clone() },
-        }),
-        None => Ok(()),
-    }
 }
 
 /// A service ready to serve, the private cluster it runs on, if any (stop
@@ -92,8 +78,8 @@ impl Service {
         };
         let metrics = config.metrics.then(|| metrics_endpoint(config));
         let pg = PgStore::connect(&url, pg_options(config)).await?;
-        if !pg.keeps_leases() {
-            no_leasing_bucket(&policies)?;
+        if let Some((policy, reason)) = crate::limiter::refused_leasing(&pg, &policies) {
+            return Err(crate::policy::PolicyError::refused(&policy, reason).into());
         }
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);

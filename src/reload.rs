@@ -53,6 +53,10 @@ fn apply<S: Store>(
     limiter: &Limiter<S>,
 ) -> Result<Reloaded, PolicyError> {
     let policies = loaded.inspect_err(|_| telemetry::policy_reload(false))?;
+    if let Some((policy, reason)) = crate::limiter::refused_leasing(limiter.store(), &policies) {
+        telemetry::policy_reload(false);
+        return Err(PolicyError::refused(&policy, reason));
+    }
     if policies.hash() == limiter.policies().hash() {
         return Ok(Reloaded::Unchanged);
     }

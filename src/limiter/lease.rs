@@ -6,6 +6,8 @@
 //! so it cannot be guessed and names nothing of the check; only its SHA-256
 //! is stored, so that the table does not hold what releases a lease.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use serde::Serialize;
@@ -14,12 +16,24 @@ use sha2::{Digest, Sha256};
 use super::decision::rfc3339_ms;
 use super::request::Invalid;
 use super::{CheckError, Limiter};
+use crate::policy::Policies;
 use crate::storage::{Key, Leases, Store, StoreError};
 
 /// What every lease id starts with: a reader of logs tells it from a key.
 const PREFIX: &str = "lease_";
 /// Random bytes in an id.
 const RANDOM_BYTES: usize = 16;
+
+/// Where no lease can be kept (a store without `keeps_leases`: Citus
+/// mode), the first policy that would take one, and why it is refused:
+/// refused whole, at start or at a reload, rather than on every check.
+pub fn refused_leasing(store: &impl Store, policies: &Policies) -> Option<(Arc<str>, Invalid)> {
+    if store.keeps_leases() {
+        return None;
+    }
+    let (policy, bucket) = policies.iter().find_map(|p| Some((p, p.leasing_bucket()?)))?;
+    Some((policy.name.clone(), Invalid::NoLeases { bucket: bucket.name.clone() }))
+}
 
 /// A lease as an admitted check answers it.
 #[derive(Debug, Clone, Serialize)]

@@ -27,7 +27,7 @@ use chrono::Utc;
 pub use actions::BlockRequest;
 pub use decision::{seconds_until, BucketDecision, Decision};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
-pub use lease::Granted;
+pub use lease::{refused_leasing, Granted};
 use outcomes::Shape;
 pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
 pub use plan::{Applied, Matched, MatchedBy, Plan};

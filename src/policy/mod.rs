@@ -132,6 +132,13 @@ pub struct Policies {
 #[error("{0}")]
 pub struct PolicyError(String);
 
+impl PolicyError {
+    /// Policy `policy` refused whole, for `reason`.
+    pub fn refused(policy: &str, reason: impl std::fmt::Display) -> Self {
+        PolicyError(format!("policy {policy:?}: {reason}"))
+    }
+}
+
 impl Policies {
     /// The built-in policies of `policies.default.toml`.
     pub fn builtin() -> Self {

@@ -191,3 +191,36 @@ async fn a_concurrency_check_is_a_400_naming_algorithm_and_such_a_policy_does_no
         "{error}"
     );
 }
+
+/// A reload that would put a concurrency bucket in force in Citus mode is
+/// refused whole, as at start: the policies in force stay, and the failed
+/// reload is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_reload_that_adds_a_concurrency_bucket_is_refused_and_the_policies_in_force_stay() {
+    const FAILED: &str = "pglimit_policy_reloads_total{result=\"error\"}";
+    let (url, _) = cluster();
+    let export = "[policies.export]\nidentifiers = { account = \"text\" }\n[[policies.export.buckets]]\n\
+                  name = \"in_flight\"\non = [\"account\"]\nlimit = 2\n";
+    let plain = format!("{export}window = \"60s\"\n");
+    let file = common::policy_file(&plain);
+    let settings =
+        [("PGLIMIT_POLICIES", file.to_str().expect("UTF-8 path")), ("PGLIMIT_WATCH_POLICIES", "true")];
+    let service = common::try_service(&url, &settings).await.expect("a policy without leases starts");
+    let app = &service.state;
+    let (in_force, failed) =
+        (common::readyz(app).await["policies"].clone(), common::metric(app, FAILED).await);
+    std::fs::write(&file, format!("{export}algorithm = \"concurrency\"\nlease = \"30s\"\n"))
+        .expect("rewrite");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while common::metric(app, FAILED).await <= failed {
+        assert!(std::time::Instant::now() < deadline, "the rewritten file was never read");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(common::readyz(app).await["policies"], in_force, "the policies in force stay");
+    let reply =
+        common::check(app, serde_json::json!({ "policy": "export", "identifiers": { "account": "a1" } }))
+            .await;
+    assert_eq!(reply.status, axum::http::StatusCode::OK, "{}", reply.body);
+    assert!(reply.body.get("lease").is_none(), "no lease taken: {}", reply.body);
+}

@@ -157,13 +157,19 @@ pub async fn instance(url: &str, extra: &[(&str, &str)]) -> AppState {
 /// As [`instance`], for tests of start-up itself: a start that fails is
 /// its one-line message.
 pub async fn try_instance(url: &str, extra: &[(&str, &str)]) -> Result<AppState, String> {
+    try_service(url, extra).await.map(|service| service.state)
+}
+
+/// As [`try_instance`], the whole service: its state and its background
+/// tasks (policy reloads), which stop when it is dropped.
+pub async fn try_service(url: &str, extra: &[(&str, &str)]) -> Result<Service, String> {
     let mut vars: HashMap<String, String> = HashMap::from([
         ("DATABASE_URL".into(), url.to_owned()),
         ("PGLIMIT_KEY_SECRET".into(), SECRET.into()),
     ]);
     vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("valid test config");
-    Service::start(&config).await.map(|service| service.state).map_err(|e| e.to_string())
+    Service::start(&config).await.map_err(|e| e.to_string())
 }
 
 /// A Postgres store of its own on `url`, for tests that set the clock or
