@@ -19,6 +19,7 @@ mod cleanup;
 mod health;
 mod kept;
 mod lane;
+mod lanes;
 mod layout;
 mod leases;
 mod listener;
@@ -36,8 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgConnection;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 
 use super::{Answer, CheckBatch, Stale, Store, StoreError};
 use actions::ActionConn;
@@ -45,8 +45,8 @@ pub use citus::{Citus, CitusChecks};
 use cleanup::Cleanup;
 use health::Health;
 pub use health::{ALIVE_FOR, BEAT_EVERY};
-use lane::{lane, Job, Task};
-use layout::LaneTarget;
+use lane::Task;
+use lanes::LaneHandle;
 use listener::Heard;
 pub use pooler::Pooler;
 pub use schema::functions_schema;
@@ -110,13 +110,6 @@ pub struct PgStore {
     _listening: Arc<watch::Sender<()>>,
 }
 
-/// A lane's queue.
-struct LaneHandle {
-    queue: mpsc::Sender<Job>,
-    /// The Citus group whose checks this lane sends straight to its worker.
-    worker: Option<i32>,
-}
-
 impl PgStore {
     /// Connects, applies the migrations, and starts the lanes.
     pub async fn connect(url: &str, options: PgStoreOptions) -> Result<Self, sqlx::Error> {
@@ -125,8 +118,7 @@ impl PgStore {
             Arc::new(Session::new(url, options.longest_wait, options.reach)?.with_patience(options.patience));
         session.prepare(options.unlogged, options.citus).await?;
         let targets = session.layout().lanes(options.connections.max(1) as usize, options.citus_checks);
-        let (conns, health_conn) = Self::open_lanes(&session, &targets).await?;
-        let lanes = Self::start_lanes(&session, targets, conns, options.pipeline);
+        let (lanes, health_conn) = LaneHandle::start_all(&session, targets, options.pipeline).await?;
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
         let health = Arc::new(Health::new(&session, health_conn));
         let heard = Arc::new(Heard::default());
@@ -139,46 +131,6 @@ impl PgStore {
         }
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
         Ok(Self { lanes, session, cleanup, health, actions, heard, listening: listen, _listening })
-    }
-
-    /// Opens every lane's connections, and the health connection, now and
-    /// together: a burst on a cold start would otherwise queue behind a
-    /// storm of connection handshakes.
-    async fn open_lanes(
-        session: &Arc<Session>,
-        targets: &[LaneTarget],
-    ) -> Result<(Vec<Vec<PgConnection>>, PgConnection), sqlx::Error> {
-        let mut opening = tokio::task::JoinSet::new();
-        let each = targets.iter().enumerate().flat_map(|(i, t)| std::iter::repeat_n((Some(i), t), t.width));
-        for (lane, target) in each.chain([(None, &LaneTarget::default())]) {
-            let (session, node) = (Arc::clone(session), target.node.clone());
-            opening.spawn(async move {
-                let opened = session.open_on(node.as_ref()).await;
-                (lane, opened.map_err(|e| citus::unreachable_worker(node.as_ref(), e)))
-            });
-        }
-        let (mut conns, mut health) = (targets.iter().map(|_| Vec::new()).collect::<Vec<_>>(), None);
-        while let Some(opened) = opening.join_next().await {
-            match opened.map_err(|e| sqlx::Error::Protocol(format!("start-up failed: {e}")))? {
-                (Some(lane), conn) => conns[lane].push(conn?),
-                (None, conn) => health = Some(conn?),
-            }
-        }
-        Ok((conns, health.ok_or_else(|| sqlx::Error::Protocol("no health connection".into()))?))
-    }
-
-    fn start_lanes(
-        session: &Arc<Session>,
-        targets: Vec<LaneTarget>,
-        conns: Vec<Vec<PgConnection>>,
-        depth: u32,
-    ) -> Arc<[LaneHandle]> {
-        let start = |(target, conns): (LaneTarget, _)| {
-            let (queue, jobs) = mpsc::channel(1024);
-            tokio::spawn(lane(Arc::clone(session), target.node, jobs, conns, depth as usize));
-            LaneHandle { queue, worker: target.worker }
-        };
-        targets.into_iter().zip(conns).map(start).collect()
     }
 
     /// Decides `batch` as if the database clock read `now`. For replaying
@@ -206,7 +158,7 @@ impl PgStore {
         let Some(lane) = self.lanes.first() else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
         };
-        Self::answer(Self::enqueue(lane, batch.clone(), now, Task::Check).await?).await
+        lanes::answer(lane.enqueue(batch.clone(), now, Task::Check).await?).await
     }
 
     /// Citus mode: each part of a check on the lane of its worker, all at
@@ -227,12 +179,12 @@ impl PgStore {
         };
         let mut pending = Vec::with_capacity(parts.len());
         for part in &parts {
-            pending.push(Self::enqueue(lane_of(part), part.batch.clone(), now, Task::Check).await);
+            pending.push(lane_of(part).enqueue(part.batch.clone(), now, Task::Check).await);
         }
         let mut answers = Vec::with_capacity(parts.len());
         for sent in pending {
             answers.push(match sent {
-                Ok(answer) => Self::answer(answer).await,
+                Ok(answer) => lanes::answer(answer).await,
                 Err(e) => Err(e),
             });
         }
@@ -253,36 +205,15 @@ impl PgStore {
         let mut refunds = Vec::new();
         for (lane, part, answer) in taken {
             let task = Task::Refund(answer.clone());
-            refunds.push(Self::enqueue(lane, part.batch.clone(), None, task).await);
+            refunds.push(lane.enqueue(part.batch.clone(), None, task).await);
         }
         for refund in refunds {
-            if let Err(e) = async { Self::answer(refund?).await }.await {
+            if let Err(e) = async { lanes::answer(refund?).await }.await {
                 // What was not given back stays counted: a bucket may deny
                 // early until its window ends, never admit too much.
                 tracing::warn!(error = %e, "Citus: a refund failed");
             }
         }
-    }
-
-    /// Queues a job; returns where its answer will come.
-    async fn enqueue(
-        lane: &LaneHandle,
-        batch: CheckBatch,
-        now: Option<DateTime<Utc>>,
-        task: Task,
-    ) -> Result<oneshot::Receiver<Result<Answer, StoreError>>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Job { batch, now, task, queued: std::time::Instant::now(), reply };
-        if lane.queue.send(job).await.is_err() {
-            return Err(StoreError::Unreachable("the postgres lanes have stopped".into()));
-        }
-        Ok(answer)
-    }
-
-    async fn answer(answer: oneshot::Receiver<Result<Answer, StoreError>>) -> Result<Answer, StoreError> {
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())))
     }
 }
 
