@@ -131,3 +131,90 @@ async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
     }
     pool.close().await;
 }
+
+/// The one-bucket upserts, as the lane sends them: `upsert.sql` when no
+/// key appears twice, `hot_upsert.sql` when some key does.
+const UPSERT: &str = include_str!("../../src/storage/postgres/upsert.sql");
+const HOT_UPSERT: &str = include_str!("../../src/storage/postgres/hot_upsert.sql");
+
+/// Calls a one-bucket `upsert` for `checks` (each a cost and its bucket) at `now`.
+async fn call_upsert(
+    pool: &PgPool,
+    upsert: &str,
+    checks: &[(i64, &Bucket)],
+    now: DateTime<Utc>,
+) -> Vec<Answer> {
+    sqlx::query_as(upsert)
+        .bind(checks.iter().map(|(_, b)| b.key.clone()).collect::<Vec<_>>())
+        .bind(checks.iter().map(|(_, b)| b.limit).collect::<Vec<_>>())
+        .bind(checks.iter().map(|(_, b)| b.window_ms).collect::<Vec<_>>())
+        .bind(checks.iter().map(|(cost, _)| *cost).collect::<Vec<_>>())
+        .bind(now)
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|e| panic!("a one-bucket upsert: {e}"))
+}
+
+/// Random batches of one-bucket fixed-window checks on a few keys, each
+/// with one cost a batch (up to its limit), and an operator's blocks: the
+/// hot-key upsert, with keys repeated, answers and counts as
+/// `pglimit_check_batch` does check by check, on twin keys at the same clock.
+#[tokio::test]
+async fn the_hot_key_upsert_decides_repeated_keys_as_the_general_function_does() {
+    replay_one_bucket(HOT_UPSERT, true, 29).await;
+}
+
+/// The same for `upsert.sql`, each key once a batch.
+#[tokio::test]
+async fn the_one_bucket_upsert_decides_as_the_general_function_does() {
+    replay_one_bucket(UPSERT, false, 31).await;
+}
+
+async fn replay_one_bucket(upsert: &str, repeats: bool, seed: u64) {
+    let url = fresh_database().await;
+    let _migrated = pg_store(&url).await;
+    let pool = crate::common::functions_pool(&url).await;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let slots: Vec<(Bucket, Bucket)> = (0..if repeats { 3 } else { 6 })
+        .map(|s| {
+            let (a, b) = twins(&mut rng, s);
+            let fixed = |b: Bucket| Bucket { algo: 0, block_for_ms: 0, name: None, limit: b.limit * 2, ..b };
+            (fixed(a), fixed(b))
+        })
+        .collect();
+    let mut now: DateTime<Utc> = "2032-03-01T00:00:00.250001Z".parse().unwrap();
+    let mut seen = [0usize; 4];
+    for round in 0..300 {
+        now += TimeDelta::microseconds(rng.gen_range(0..400_000));
+        if rng.gen_ratio(1, 12) {
+            let (a, b) = &slots[rng.gen_range(0..slots.len())];
+            let until = now + TimeDelta::milliseconds(rng.gen_range(0..2_000));
+            for key in [&a.key, &b.key] {
+                sqlx::query(BLOCK).bind(key).bind(until).execute(&pool).await.expect("a block");
+            }
+        }
+        let costs: Vec<i64> = slots.iter().map(|(a, _)| rng.gen_range(1..=a.limit.min(3))).collect();
+        let mut picked: Vec<usize> =
+            (0..rng.gen_range(1..12)).map(|_| rng.gen_range(0..slots.len())).collect();
+        if !repeats {
+            picked.sort_unstable();
+            picked.dedup();
+        }
+        let mine: Vec<(i64, &Bucket)> = picked.iter().map(|&s| (costs[s], &slots[s].0)).collect();
+        let general: Vec<(i64, Vec<&Bucket>)> =
+            picked.iter().map(|&s| (costs[s], vec![&slots[s].1])).collect();
+        let want = call(&pool, "pglimit_check_batch", &general, now).await;
+        let got = call_upsert(&pool, upsert, &mine, now).await;
+        assert_eq!(got, want, "round {round}: the answers differ");
+        for (_, allowed, _, _, _, _, blocked) in got {
+            seen[usize::from(allowed) + 2 * usize::from(blocked)] += 1;
+        }
+    }
+    assert!([seen[0], seen[1], seen[2]].iter().all(|&n| n > 20), "seen (denied, allowed, blocked): {seen:?}");
+    let counted = "SELECT format('%s %s', count, expires_at) FROM pglimit_buckets WHERE key = $1";
+    for (s, (a, b)) in slots.iter().enumerate() {
+        let row = |key: &Vec<u8>| sqlx::query_scalar::<_, String>(counted).bind(key.clone()).fetch_one(&pool);
+        assert_eq!(row(&a.key).await.ok(), row(&b.key).await.ok(), "slot {s}: the counts differ");
+    }
+    pool.close().await;
+}

@@ -1,5 +1,6 @@
 //! Exactness under concurrency, across several service instances.
 
+use crate::common::replay::{record_statements, seen};
 use crate::common::{calls, check, count_calls, degraded, fresh_database, instance, login, unique};
 use axum::http::StatusCode;
 use serde_json::json;
@@ -84,6 +85,7 @@ async fn concurrent_checks_on_one_lane_are_batched_and_decided_as_if_in_sequence
     let app = instance(&url, &[("PGLIMIT_DB_POOL_SIZE", "1")]).await;
     let key = unique("batched");
     let counter = count_calls(&url).await;
+    let log = record_statements(&url).await;
     let tasks: Vec<_> = (0..200)
         .map(|_| {
             let app = app.clone();
@@ -105,6 +107,9 @@ async fn concurrent_checks_on_one_lane_are_batched_and_decided_as_if_in_sequence
     // 200 checks on one lane took far fewer calls than checks.
     let calls = calls(&counter).await;
     assert!(calls < 100, "{calls} calls for 200 checks");
+    // The key's checks in a batch were proposed as one row.
+    let statements = seen(&log).await;
+    assert!(statements.contains(&"hot_upsert.sql"), "statements: {statements:?}");
 }
 
 #[tokio::test]

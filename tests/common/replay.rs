@@ -265,6 +265,7 @@ pub async fn seen(pool: &PgPool) -> Vec<&'static str> {
     let name = |text: &str| match () {
         _ if text.contains("pglimit_check_distinct(") => "pglimit_check_distinct",
         _ if text.contains("pglimit_check_batch(") => "pglimit_check_batch",
+        _ if text.contains("PARTITION BY r.key") => "hot_upsert.sql",
         _ if text.contains("AS r(key, lim, win, cost, pos)") => "upsert.sql",
         _ if text.contains("AS r(key, lim, win, cost, algo, pos)") => "algorithms_upsert.sql",
         _ if text.contains("AS r(chk, key, lim, win, cost, algo, n, pos)") => "policy_upsert.sql",

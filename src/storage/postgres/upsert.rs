@@ -24,6 +24,8 @@ use sqlx::postgres::PgConnection;
 
 use super::literal::Arg;
 use super::session::is_sqlstate;
+use std::collections::HashMap;
+
 use super::statements::{buckets_of, fetch_rows, to_i64, Row};
 use crate::algorithm::Algorithm;
 use crate::storage::CheckBatch;
@@ -32,6 +34,12 @@ use crate::storage::CheckBatch;
 /// leanest statement (the policy one costs 0.03-0.15 ms more a call:
 /// docs/performance.md).
 pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
+
+/// One-bucket fixed-window checks of which several share a key, each alike
+/// (a hot key): the key's checks proposed as one row, that decides how many
+/// of them fit. `pglimit_check_batch` took such batches, one bucket at a
+/// time, at 3 to 6 times the database CPU per check (docs/performance.md).
+const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
 /// among one-bucket fixed-window and token-bucket checks (a batch of
@@ -56,15 +64,46 @@ const ALGORITHMS_UPSERT: &str = include_str!("algorithms_upsert.sql");
 #[derive(Clone, Copy)]
 pub(super) enum Road {
     OneBucket,
+    /// One fixed-window bucket a check, a key's checks alike: [`HOT_UPSERT`].
+    HotKeys,
     Algorithms,
     Policy,
 }
 
-/// The upsert that decides `batches` exactly, if one does; `distinct`:
-/// whether no key appears twice among them. A calendar window takes a
-/// batch function: the upserts know only windows of a fixed length, and
-/// stay as lean as they were.
-pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
+/// How the keys of a batch repeat, which decides the statements that can
+/// take it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keys {
+    /// No key appears twice.
+    Distinct,
+    /// Some key does, and every bucket on it has the same limit, window and
+    /// cost: a hot key.
+    RepeatedAlike,
+    /// Some key appears twice with different limits, windows or costs.
+    Repeated,
+}
+
+impl Keys {
+    /// How the keys of `batches`' buckets repeat.
+    pub(super) fn of(batches: &[&CheckBatch]) -> Keys {
+        let mut seen = HashMap::with_capacity(batches.len() * 3);
+        let mut keys = Keys::Distinct;
+        for (_, batch, bucket) in buckets_of(batches) {
+            let alike = (bucket.limit, bucket.window, batch.cost);
+            match seen.insert(bucket.key, alike) {
+                Some(before) if before != alike => return Keys::Repeated,
+                Some(_) => keys = Keys::RepeatedAlike,
+                None => {}
+            }
+        }
+        keys
+    }
+}
+
+/// The upsert that decides `batches` exactly, if one does, given how their
+/// `keys` repeat. A calendar window takes a batch function: the upserts
+/// know only windows of a fixed length, and stay as lean as they were.
+pub(super) fn road(batches: &[&CheckBatch], keys: Keys) -> Option<Road> {
     // A concurrency bucket takes a lease, which only the batch functions write.
     let plain = |batch: &&CheckBatch| {
         batch.cost > 0
@@ -73,11 +112,14 @@ pub(super) fn road(batches: &[&CheckBatch], distinct: bool) -> Option<Road> {
                 .iter()
                 .all(|b| b.lockout.is_none() && b.calendar.is_none() && b.algorithm != Algorithm::Concurrency)
     };
-    if !distinct || !batches.iter().all(plain) {
+    if keys == Keys::Repeated || !batches.iter().all(plain) {
         return None;
     }
     let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
     let one = |batch: &&CheckBatch| batch.buckets.len() == 1;
+    if keys == Keys::RepeatedAlike {
+        return batches.iter().all(|b| one(b) && fixed(b)).then_some(Road::HotKeys);
+    }
     let token = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::TokenBucket;
     let other = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm != Algorithm::FixedWindow;
     if batches.iter().all(|b| one(b) && fixed(b)) {
@@ -104,6 +146,7 @@ pub(super) async fn run(
 ) -> Result<Vec<Row>, sqlx::Error> {
     let sql = match road {
         Road::OneBucket => ONE_BUCKET_UPSERT,
+        Road::HotKeys => HOT_UPSERT,
         Road::Algorithms => ALGORITHMS_UPSERT,
         Road::Policy => POLICY_UPSERT,
     };
@@ -123,7 +166,7 @@ pub(super) fn args<'a>(
     let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
     let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
     match road {
-        Road::OneBucket => vec![keys, limits, windows, costs, Arg::Clock(now)],
+        Road::OneBucket | Road::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
         Road::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
         Road::Policy => {
             let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());

@@ -24,15 +24,20 @@ SELECT r.pos AS o_pos,
        CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
             WHEN k.key IS NOT NULL THEN 0
             ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
-       greatest(coalesce(u.expires_at, s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
-       CASE WHEN u.key IS NULL
-            THEN greatest(coalesce(s.expires_at, r.at + r.win * interval '1 millisecond'), k.until) END AS o_retry_at,
+       greatest(coalesce(u.expires_at, s.ends, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
+       CASE WHEN u.key IS NOT NULL THEN NULL
+            WHEN k.key IS NULL THEN coalesce(u.expires_at, s.ends, r.at + r.win * interval '1 millisecond')
+            -- Blocked: retry when the block ends, or the window if it is full too.
+            WHEN coalesce(s.counted, 0) + r.cost <= r.lim THEN k.until
+            ELSE greatest(s.ends, k.until) END AS o_retry_at,
        r.at AS o_now,
        k.key IS NOT NULL AS o_blocked
 FROM req r
 LEFT JOIN up u ON u.key = r.key
 LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
-    SELECT s.count, s.expires_at FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
+    SELECT s.count, pglimit_fixed_count(s.count, s.expires_at, r.at) AS counted,
+           pglimit_fixed_end(s.expires_at, r.at, r.at + r.win * interval '1 millisecond') AS ends
+    FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos

@@ -11,7 +11,7 @@ use super::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
-use crate::storage::postgres::upsert::{self, Road};
+use crate::storage::postgres::upsert::{self, Keys, Road};
 use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
 
 /// The batch function for buckets on one worker, given the route Citus
@@ -163,7 +163,7 @@ fn statements_of(
     let mut keys = HashSet::new();
     let on_shards = members.iter().all(|&i| {
         let key = batches[i].buckets.first().map(|b| b.key);
-        matches!(upsert::road(&[batches[i]], true), Some(Road::OneBucket))
+        matches!(upsert::road(&[batches[i]], Keys::Distinct), Some(Road::OneBucket))
             && key.is_some_and(|key| direct == Some(routes.worker(&key)) && keys.insert(key))
     });
     if !on_shards {

@@ -1,14 +1,12 @@
 //! The statements on a single node: the rows in plain tables.
 
-use std::collections::HashSet;
-
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
-use crate::storage::postgres::upsert;
+use crate::storage::postgres::upsert::{self, Keys};
 use crate::storage::{Answer, CheckBatch};
 use crate::telemetry;
 
@@ -80,13 +78,13 @@ pub(super) async fn decide(
     now: Option<DateTime<Utc>>,
     per_transaction: Option<&str>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let distinct = keys_distinct(batches);
+    let keys = Keys::of(batches);
     let via = per_transaction;
-    let function = if distinct { CHECK_DISTINCT } else { CHECK_BATCH };
+    let function = if keys == Keys::Distinct { CHECK_DISTINCT } else { CHECK_BATCH };
     // Written out, a plain upsert is planned on every call, where the batch
     // functions' own statements keep their plans in the server's session:
     // behind a transaction pooler the functions were the faster (bench/results/).
-    let road = if via.is_some() { None } else { upsert::road(batches, distinct) };
+    let road = if via.is_some() { None } else { upsert::road(batches, keys) };
     let rows: Vec<Row> = match road {
         Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
@@ -95,7 +93,7 @@ pub(super) async fn decide(
                 );
                 telemetry::upsert_retried();
                 let args = statements::check_args_with_leases(batches, now);
-                statements::fetch_rows(conn, CHECK_DISTINCT, args, via).await?
+                statements::fetch_rows(conn, function, args, via).await?
             }
             rows => rows?,
         },
@@ -105,12 +103,6 @@ pub(super) async fn decide(
         }
     };
     statements::answers(batches, rows)
-}
-
-/// Whether no key appears twice among the buckets of `batches`.
-fn keys_distinct(batches: &[&CheckBatch]) -> bool {
-    let mut keys = HashSet::with_capacity(batches.len() * 3);
-    batches.iter().flat_map(|batch| &batch.buckets).all(|bucket| keys.insert(bucket.key))
 }
 
 /// The deletes in one transaction.
