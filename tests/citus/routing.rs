@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde_json::json;
 
 use crate::common::{self, check, instance, unique};
-use crate::{cluster, ALGORITHMS};
+use crate::{admitted, cluster, fire, ALGORITHMS};
 
 /// Checks go straight to the workers: the coordinator runs none of their
 /// calls, each worker runs its own.
@@ -29,6 +29,21 @@ async fn checks_go_straight_to_the_workers_and_not_through_the_coordinator() {
         assert!(calls(&logging.read(&[worker])) > 0, "{worker} decided its own keys' checks");
     }
     assert!(calls(&logging.read(&WORKERS)) >= 40, "every check on a worker");
+}
+
+/// A hot key's checks that share a batch are one row of its shard's hot
+/// upsert on the key's worker, and admit exactly the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_hot_keys_checks_are_decided_as_one_row_on_its_shard() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let logging = NodeLogs::start(&dir).await;
+    let body = json!({ "key": unique("hot"), "limit": 40, "window": "1m" });
+    assert_eq!(admitted(&fire(&[app], vec![body; 120]).await), 40);
+    let workers = logging.read(&WORKERS);
+    assert!(workers.contains("PARTITION BY r.key"), "the hot upsert ran on a worker: {workers}");
+    assert_eq!(calls(&logging.read(&["coordinator"])), 0, "no check on the coordinator");
 }
 
 /// With `PGLIMIT_CITUS_CHECKS=coordinator` every check goes through it.

@@ -16,15 +16,14 @@ WITH req AS (
            row_number() OVER (PARTITION BY r.key ORDER BY r.pos) AS nth
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), grp AS (
-    SELECT key, lim, win, cost, at, least(count(*), lim / cost) AS fit
-    FROM req WHERE cost <= lim GROUP BY key, lim, win, cost, at
+    SELECT lim, win, cost, at, key, least(count(*), lim / cost) AS fit FROM req GROUP BY key, lim, win, cost, at
 ), blk AS (
     SELECT k.key, k.until FROM pglimit_blocks k
     WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
     INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, tat_us)
     SELECT key, fit * cost, at + win * interval '1 millisecond', lim, fit FROM grp
-    WHERE NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = grp.key) ORDER BY key
+    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = grp.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now()))
                      + EXCLUDED.count / EXCLUDED.tat_us * least(EXCLUDED.tat_us,

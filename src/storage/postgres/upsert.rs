@@ -39,7 +39,7 @@ pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 /// (a hot key): the key's checks proposed as one row, that decides how many
 /// of them fit. `pglimit_check_batch` took such batches, one bucket at a
 /// time, at 3 to 6 times the database CPU per check (docs/performance.md).
-const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
+pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
 /// among one-bucket fixed-window and token-bucket checks (a batch of

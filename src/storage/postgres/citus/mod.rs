@@ -122,8 +122,8 @@ pub(super) struct Routes {
     workers: ArcSwap<Vec<i32>>,
     /// The nodes that held a shard at start-up.
     nodes: Vec<Node>,
-    /// Each slot's one-bucket upsert, written for its route's shard.
-    upserts: Vec<String>,
+    /// Each slot's one-bucket upserts, written for its route's shard.
+    upserts: Vec<shard::ShardUpserts>,
 }
 
 impl Routes {
@@ -140,8 +140,8 @@ impl Routes {
         usize::from(u16::from_be_bytes([key[0], key[1]])) % self.routes.len()
     }
 
-    /// The one-bucket upsert on `key`'s shard ([`shard`]).
-    pub fn upsert(&self, key: &Key) -> &str {
+    /// The one-bucket upserts on `key`'s shard ([`shard`]).
+    pub fn upserts(&self, key: &Key) -> &shard::ShardUpserts {
         &self.upserts[self.slot(key)]
     }
 
@@ -166,7 +166,10 @@ impl Routes {
 impl Routes {
     /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
     pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
-        let upserts = routes.iter().map(|r| format!("upsert on route {r}")).collect();
+        let upserts = routes
+            .iter()
+            .map(|r| shard::ShardUpserts { one: format!("upsert on route {r}"), hot: format!("hot on {r}") })
+            .collect();
         Routes { routes, workers: ArcSwap::new(Arc::new(workers)), nodes: Vec::new(), upserts }
     }
 }
@@ -220,8 +223,8 @@ pub(super) async fn setup(
         blocks_name,
     });
     let (routes, upserts) = shards
-        .map(|shard| Ok((shard.route, shard::one_bucket_upsert(&shard)?)))
-        .collect::<Result<(Vec<i32>, Vec<String>), String>>()
+        .map(|shard| Ok((shard.route, shard::upserts(&shard)?)))
+        .collect::<Result<(Vec<i32>, Vec<shard::ShardUpserts>), String>>()
         .map_err(sqlx::Error::Protocol)?;
     let nodes: Vec<(i32, String, i32)> = sqlx::query_as(NODES).fetch_all(&mut *conn).await?;
     let nodes = nodes

@@ -1,16 +1,16 @@
-//! The single node's one-bucket upsert (`upsert.sql`) written for one
-//! shard: its statements name the shard's tables and route, so that a
+//! The single node's one-bucket upserts (`upsert.sql`, `hot_upsert.sql`)
+//! written for one shard: its statements name the shard's tables and route, so that a
 //! worker plans them once per connection and keeps the plan, where the
 //! route function plans its dynamic statements on every call.
 //!
-//! The text is derived from `upsert.sql`, not written twice: each rewrite
+//! The texts are derived from the single node's, not written twice: each rewrite
 //! below must match exactly once, and a test checks that they all do. The
 //! statement first locks the shard as `pglimit_check_node` does
 //! (`pglimit_lock_shard`, in an InitPlan that runs before any row is
 //! written), so a shard move waits for it, and a call that finds the shard
 //! gone fails with the same serialization error.
 
-use crate::storage::postgres::upsert::ONE_BUCKET_UPSERT;
+use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT};
 
 /// A route's shards, as the coordinator names them.
 #[derive(Debug, Clone)]
@@ -23,15 +23,19 @@ pub(in crate::storage::postgres) struct Shard {
 
 /// What `upsert.sql` says of the single node's tables, and what it says on
 /// `shard`'s: the shard's own tables, its route in every key, and the lock.
-fn rewrites(shard: &Shard) -> [(&'static str, String); 5] {
+fn rewrites(shard: &Shard) -> [(&'static str, String); 6] {
     let Shard { route, buckets, buckets_name, blocks_name } = shard;
     [
-        ("FROM pglimit_blocks k\n    WHERE k.key", format!("FROM {blocks_name} k\n    WHERE k.route = {route} AND k.key")),
         (
-            "INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)\n    SELECT key,",
-            format!("INSERT INTO {buckets_name} AS b (route, key, count, expires_at, prev_count)\n    SELECT {route}, key,"),
+            "FROM pglimit_blocks k\n    WHERE k.key",
+            format!("FROM {blocks_name} k\n    WHERE k.route = {route} AND k.key"),
         ),
-        ("WHERE cost <= lim AND", format!("WHERE (SELECT pglimit_lock_shard({buckets})) IS NOT NULL AND cost <= lim AND")),
+        ("INSERT INTO pglimit_buckets AS b (key,", format!("INSERT INTO {buckets_name} AS b (route, key,")),
+        ("\n    SELECT key,", format!("\n    SELECT {route}, key,")),
+        (
+            "WHERE cost <= lim AND",
+            format!("WHERE (SELECT pglimit_lock_shard({buckets})) IS NOT NULL AND cost <= lim AND"),
+        ),
         ("ON CONFLICT (key)", "ON CONFLICT (route, key)".to_owned()),
         (
             "FROM pglimit_buckets s WHERE u.key IS NULL AND s.key",
@@ -40,20 +44,34 @@ fn rewrites(shard: &Shard) -> [(&'static str, String); 5] {
     ]
 }
 
-/// The one-bucket upsert on `shard`; an error names a rewrite that no
-/// longer matches `upsert.sql` exactly once.
-pub(super) fn one_bucket_upsert(shard: &Shard) -> Result<String, String> {
-    let mut sql = ONE_BUCKET_UPSERT.to_owned();
-    for (single, on_shard) in rewrites(shard) {
-        if sql.matches(single).count() != 1 {
-            return Err(format!("upsert.sql no longer has `{single}` once"));
+/// The one-bucket upserts written for one shard: `upsert.sql` (keys
+/// distinct) and `hot_upsert.sql` (a key's alike checks as one row).
+#[derive(Debug)]
+pub(in crate::storage::postgres) struct ShardUpserts {
+    pub one: String,
+    pub hot: String,
+}
+
+/// Both one-bucket upserts on `shard`; an error names a rewrite that no
+/// longer matches a statement exactly once.
+pub(super) fn upserts(shard: &Shard) -> Result<ShardUpserts, String> {
+    let on_shard = |(name, single): (&str, &str)| {
+        let mut sql = single.to_owned();
+        for (from, to) in rewrites(shard) {
+            if sql.matches(from).count() != 1 {
+                return Err(format!("{name} no longer has `{from}` once"));
+            }
+            sql = sql.replace(from, &to);
         }
-        sql = sql.replace(single, &on_shard);
-    }
-    if sql.contains("pglimit_buckets ") || sql.contains("pglimit_blocks ") {
-        return Err("upsert.sql names a table the rewrites leave unchanged".into());
-    }
-    Ok(sql)
+        if sql.contains("pglimit_buckets ") || sql.contains("pglimit_blocks ") {
+            return Err(format!("{name} names a table the rewrites leave unchanged"));
+        }
+        Ok(sql)
+    };
+    Ok(ShardUpserts {
+        one: on_shard(("upsert.sql", ONE_BUCKET_UPSERT))?,
+        hot: on_shard(("hot_upsert.sql", HOT_UPSERT))?,
+    })
 }
 
 #[cfg(test)]
@@ -61,18 +79,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_one_bucket_upsert_is_written_for_a_shard_with_every_table_and_key_routed() {
+    fn both_one_bucket_upserts_are_written_for_a_shard_with_every_table_and_key_routed() {
         let shard = Shard {
             route: 7,
             buckets: 102_008,
             buckets_name: "pglimit_buckets_102008".into(),
             blocks_name: "pglimit_blocks_102013".into(),
         };
-        let sql = one_bucket_upsert(&shard).expect("every rewrite matches");
-        assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
-        assert!(sql.contains("SELECT 7, key,"), "{sql}");
-        assert!(sql.contains("(SELECT pglimit_lock_shard(102008)) IS NOT NULL"), "{sql}");
-        assert!(sql.contains("ON CONFLICT (route, key)"), "{sql}");
-        assert_eq!(sql.matches("route = 7 AND").count(), 2, "blocks and the denied row's read: {sql}");
+        let both = upserts(&shard).expect("every rewrite matches");
+        for sql in [both.one, both.hot] {
+            assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
+            assert!(sql.contains("SELECT 7, key,"), "{sql}");
+            assert!(sql.contains("(SELECT pglimit_lock_shard(102008)) IS NOT NULL"), "{sql}");
+            assert!(sql.contains("ON CONFLICT (route, key)"), "{sql}");
+            assert_eq!(sql.matches("route = 7 AND").count(), 2, "blocks and the denied row's read: {sql}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The statements of Citus mode: each call confined to one worker, or to
 //! one route's shard, as [`Routes`] places the keys (see [`super::super::citus`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -76,9 +76,10 @@ fn moved(e: &sqlx::Error) -> bool {
 }
 
 /// One statement of a call: one route's one-bucket checks as its shard's
-/// upsert, or checks on one worker through the route function.
+/// upsert (`upsert.sql`'s, or `hot_upsert.sql`'s when a key repeats), or
+/// checks on one worker through the route function.
 enum Statement {
-    Upsert(Vec<usize>),
+    Upsert(Vec<usize>, Road),
     Node(Vec<usize>),
 }
 
@@ -96,7 +97,7 @@ pub(super) async fn decide(
     let mut answers: Vec<Option<Answer>> = vec![None; batches.len()];
     for members in by_worker(routes, batches, 0..batches.len()) {
         for statement in statements_of(routes, batches, members, direct) {
-            let (Statement::Upsert(members) | Statement::Node(members)) = &statement;
+            let (Statement::Upsert(members, _) | Statement::Node(members)) = &statement;
             let decided = match run(conn, routes, batches, &statement, now).await {
                 Err(e) if moved(&e) => resend(conn, routes, batches, members, now).await?,
                 decided => members.iter().copied().zip(decided?).collect(),
@@ -150,30 +151,35 @@ async fn resend(
 }
 
 /// The statements that decide `members` (on one worker). On that worker's
-/// own connection, when all of them are one-bucket fixed-window checks on
-/// distinct keys: one shard's upsert per route. Otherwise one call of the
-/// route function, which costs about the same whatever it carries, where
-/// each more statement would cost a commit.
+/// own connection, when all of them are one-bucket fixed-window checks, a
+/// key's checks alike: one shard's upsert per route. Otherwise one call of
+/// the route function, which costs about the same whatever it carries,
+/// where each more statement would cost a commit.
 fn statements_of(
     routes: &Routes,
     batches: &[&CheckBatch],
     members: Vec<usize>,
     direct: Option<i32>,
 ) -> Vec<Statement> {
-    let mut keys = HashSet::new();
     let on_shards = members.iter().all(|&i| {
         let key = batches[i].buckets.first().map(|b| b.key);
         matches!(upsert::road(&[batches[i]], Keys::Distinct), Some(Road::OneBucket))
-            && key.is_some_and(|key| direct == Some(routes.worker(&key)) && keys.insert(key))
+            && key.is_some_and(|key| direct == Some(routes.worker(&key)))
     });
-    if !on_shards {
-        return vec![Statement::Node(members)];
-    }
     let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    for i in members {
+    for &i in members.iter().filter(|_| on_shards) {
         by_route.entry(routes.of(&batches[i].buckets[0].key)).or_default().push(i);
     }
-    by_route.into_values().map(Statement::Upsert).collect()
+    let road = |group: &[usize]| {
+        let group: Vec<&CheckBatch> = group.iter().map(|&i| batches[i]).collect();
+        upsert::road(&group, Keys::of(&group))
+    };
+    let statements: Option<Vec<Statement>> =
+        by_route.into_values().map(|group| road(&group).map(|road| Statement::Upsert(group, road))).collect();
+    match statements {
+        Some(statements) if on_shards => statements,
+        _ => vec![Statement::Node(members)],
+    }
 }
 
 async fn run(
@@ -185,10 +191,11 @@ async fn run(
 ) -> Result<Vec<Answer>, sqlx::Error> {
     match statement {
         Statement::Node(members) => decide_on_worker(conn, routes, batches, members, now, false).await,
-        Statement::Upsert(members) => {
+        Statement::Upsert(members, road) => {
             let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-            let sql = routes.upsert(&group[0].buckets[0].key);
-            let args = upsert::args(Road::OneBucket, &group, now);
+            let upserts = routes.upserts(&group[0].buckets[0].key);
+            let sql = if matches!(road, Road::HotKeys) { &upserts.hot } else { &upserts.one };
+            let args = upsert::args(*road, &group, now);
             statements::answers(&group, statements::fetch_rows(conn, sql, args, None).await?)
         }
     }

@@ -31,7 +31,8 @@ fn decided_by(batches: &[CheckBatch], direct: Option<i32>) -> Vec<(&'static str,
     let batches: Vec<&CheckBatch> = batches.iter().collect();
     let statements = statements_of(&routes(), &batches, (0..batches.len()).collect(), direct);
     let named = |s: Statement| match s {
-        Statement::Upsert(members) => ("upsert", members),
+        Statement::Upsert(members, Road::HotKeys) => ("hot upsert", members),
+        Statement::Upsert(members, _) => ("upsert", members),
         Statement::Node(members) => ("node", members),
     };
     statements.into_iter().map(named).collect()
@@ -55,8 +56,16 @@ fn a_batch_with_any_other_check_goes_whole_to_the_route_function() {
 }
 
 #[test]
-fn a_key_twice_goes_to_the_route_function_which_decides_them_in_turn() {
-    assert_eq!(decided_by(&[fixed(0), fixed(0)], Some(1)), vec![("node", vec![0, 1])]);
+fn a_key_twice_takes_its_routes_hot_upsert_and_the_other_routes_theirs() {
+    let expected = vec![("hot upsert", vec![0, 1]), ("upsert", vec![2])];
+    assert_eq!(decided_by(&[fixed(0), fixed(0), fixed(2)], Some(1)), expected);
+}
+
+#[test]
+fn a_key_twice_with_other_limits_goes_to_the_route_function_which_decides_them_in_turn() {
+    let mut other = fixed(0);
+    other.buckets[0].limit = 6;
+    assert_eq!(decided_by(&[fixed(0), other, fixed(2)], Some(1)), vec![("node", vec![0, 1, 2])]);
 }
 
 #[test]
