@@ -190,19 +190,24 @@ END
 $$;
 
 -- The cleanup, one route at a time (a distributed DELETE with SKIP LOCKED
--- is refused): expired buckets, then ended blocks.
+-- is refused): expired buckets, then ended blocks, on the route's shards
+-- by name, as pglimit_check_node writes them: through the distributed
+-- tables each DELETE was planned by Citus on every call, 0.5 to 3 ms a
+-- call where a check's statement takes 0.3.
 CREATE OR REPLACE FUNCTION pglimit_cleanup_route(p_route integer, p_limit integer)
-RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan SET search_path FROM CURRENT AS $$
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     gone bigint; more bigint;
 BEGIN
-    DELETE FROM pglimit_buckets WHERE route = p_route AND key IN (
-        SELECT key FROM pglimit_buckets WHERE route = p_route AND expires_at <= now()
-        ORDER BY expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    EXECUTE format('DELETE FROM %1$s WHERE route = $1 AND key IN (
+        SELECT key FROM %1$s WHERE route = $1 AND expires_at <= now()
+        ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)', pglimit_local_shard('pglimit_buckets', p_route))
+    USING p_route, p_limit;
     GET DIAGNOSTICS gone = ROW_COUNT;
-    DELETE FROM pglimit_blocks WHERE route = p_route AND key IN (
-        SELECT key FROM pglimit_blocks WHERE route = p_route AND until <= now()
-        ORDER BY until LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    EXECUTE format('DELETE FROM %1$s WHERE route = $1 AND key IN (
+        SELECT key FROM %1$s WHERE route = $1 AND until <= now()
+        ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)', pglimit_local_shard('pglimit_blocks', p_route))
+    USING p_route, p_limit;
     GET DIAGNOSTICS more = ROW_COUNT;
     RETURN gone + more;
 END
