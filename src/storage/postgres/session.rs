@@ -1,5 +1,6 @@
-//! Connections to PostgreSQL: how they are opened and configured, the
-//! schema they expect, and what their errors mean for the instance.
+//! Connections to PostgreSQL: how they are opened and configured, and
+//! what their errors mean for the instance. What start-up does to the
+//! database first (migrations, persistence, Citus) is in `prepare.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -8,10 +9,14 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
-use super::citus::{self, Citus, Node};
+use super::citus::Node;
 use super::layout::Layout;
 use super::pooler::{quote_ident, Pooler, Settings};
 use crate::storage::StoreError;
+
+#[path = "prepare.rs"]
+mod prepare;
+pub use prepare::migrate;
 
 /// Everything needed to open a configured connection, shared by the lanes,
 /// the cleanup and the probes.
@@ -172,134 +177,11 @@ impl Session {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Applies the migrations, the configured table persistence and, on a
-    /// Citus cluster, the distribution of the tables.
-    pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
-        let mut conn = self.open().await.map_err(|e| super::tls::explain(e, &self.connect))?;
-        let mut tx = self.begin(&mut conn).await?;
-        let (version,): (i32,) = sqlx::query_as("SELECT current_setting('server_version_num')::int")
-            .persistent(false)
-            .fetch_one(&mut *tx)
-            .await?;
-        supported(version).map_err(|e| sqlx::Error::Configuration(e.into()))?;
-        if let Some(schema) = &self.schema {
-            create_schema(&mut tx, schema).await?;
-        }
-        let path = super::schema::search_path(&mut tx).await?;
-        super::schema::bring_up_to_date(&mut tx, &path).await?;
-        set_persistence(&mut tx, unlogged).await?;
-        // The migrator prepares named statements: none may outlive the
-        // transaction on a server connection a pooler hands to others.
-        tx.clear_cached_statements().await?;
-        tx.commit().await?;
-        let layout = match citus::setup(&mut conn, citus, &path).await? {
-            Some(routes) => {
-                self.refuse_with_citus()?;
-                Layout::Citus(routes)
-            }
-            None => Layout::Single,
-        };
-        let _ = self.layout.set(layout);
-        let _ = self.settings.set(Settings::new(self.longest_wait, Some(&path)));
-        conn.close().await
-    }
-
-    /// What Citus mode does not support yet.
-    fn refuse_with_citus(&self) -> Result<(), sqlx::Error> {
-        let refused = match (self.pooler, &self.schema) {
-            (Pooler::Transaction, _) => {
-                "PGLIMIT_DB_POOLER=transaction: Citus mode needs a direct \
-                or session-pooled connection to the coordinator"
-            }
-            (_, Some(_)) => {
-                "PGLIMIT_DB_SCHEMA: Citus mode keeps its objects in the search path's schema; \
-                unset PGLIMIT_DB_SCHEMA"
-            }
-            _ => return Ok(()),
-        };
-        Err(sqlx::Error::Configuration(refused.into()))
-    }
-
     /// Where the rows are: on a single node until [`Session::prepare`] knows.
     pub fn layout(&self) -> &Layout {
         static SINGLE: Layout = Layout::Single;
         self.layout.get().unwrap_or(&SINGLE)
     }
-}
-
-/// Applies the migrations, the table persistence and the Citus distribution
-/// to the database at `url`, then disconnects: for deploy pipelines that
-/// migrate before rolling out.
-pub async fn migrate(url: &str, reach: Reach, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
-    // A one-off command can afford to wait, e.g. behind another instance's migration.
-    Session::new(url, Duration::from_secs(30), reach)?.prepare(unlogged, citus).await
-}
-
-/// Creates the configured schema if it is missing (which takes the right
-/// to create in the database; a schema that exists needs no right).
-async fn create_schema(conn: &mut PgConnection, schema: &str) -> Result<(), sqlx::Error> {
-    let (exists,): (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-        .bind(schema)
-        .persistent(false)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !exists {
-        tracing::info!(schema, "creating PGLIMIT_DB_SCHEMA");
-        conn.execute(&*format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))).await?;
-    }
-    Ok(())
-}
-
-/// The oldest PostgreSQL pglimit runs on; the newest tested is 18
-/// (`scripts/test --pg N`). Older servers lack what the migrations use.
-const OLDEST_SUPPORTED: i32 = 15;
-
-/// Refuses a server older than [`OLDEST_SUPPORTED`] before anything is
-/// written to it, naming its version (`server_version_num`, e.g. 130004).
-fn supported(version_num: i32) -> Result<(), String> {
-    let major = version_num / 10_000;
-    if major >= OLDEST_SUPPORTED {
-        return Ok(());
-    }
-    let minor = version_num % 10_000;
-    Err(format!(
-        "PostgreSQL {major}.{minor} is not supported: pglimit runs on PostgreSQL {OLDEST_SUPPORTED} to 18"
-    ))
-}
-
-/// Makes the counters table UNLOGGED or logged as configured. UNLOGGED
-/// skips the write-ahead log: writes are cheaper, but PostgreSQL empties the
-/// table after a crash and does not replicate it.
-///
-/// Switching rewrites the table under an exclusive lock, which would stall
-/// every instance's checks; so it is done here only while the table is
-/// empty (a new install). Otherwise start-up stops and says what to run: an
-/// operator's decision, not a flip-flop between instances of a rolling
-/// deploy that disagree.
-async fn set_persistence(conn: &mut PgConnection, unlogged: bool) -> Result<(), sqlx::Error> {
-    let (persistence, empty): (i8, bool) = sqlx::query_as(
-        "SELECT relpersistence::\"char\", NOT EXISTS (SELECT 1 FROM pglimit_buckets)
-         FROM pg_class WHERE oid = 'pglimit_buckets'::regclass",
-    )
-    .persistent(false)
-    .fetch_one(&mut *conn)
-    .await?;
-    if (persistence as u8 == b'u') == unlogged {
-        return Ok(());
-    }
-    let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
-    let alter = format!("ALTER TABLE pglimit_buckets SET {to}");
-    if !empty {
-        let msg = format!(
-            "PGLIMIT_UNLOGGED={unlogged} but the counters table holds counters and is not {to}: \
-             run `{alter}` at a quiet moment (it rewrites the table under an exclusive lock), \
-             or change PGLIMIT_UNLOGGED"
-        );
-        return Err(sqlx::Error::Configuration(msg.into()));
-    }
-    tracing::info!(to, "setting the (empty) counters table's persistence from PGLIMIT_UNLOGGED");
-    conn.execute(&*alter).await?;
-    Ok(())
 }
 
 /// What a probe asks: the server answers and takes writes. A standby
@@ -348,19 +230,5 @@ pub(super) fn classify(e: sqlx::Error) -> StoreError {
         StoreError::Unreachable(e.to_string())
     } else {
         StoreError::Failed(e.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn servers_older_than_15_are_refused_naming_their_version_and_the_range() {
-        assert_eq!(
-            super::supported(130_004).expect_err("13 is refused"),
-            "PostgreSQL 13.4 is not supported: pglimit runs on PostgreSQL 15 to 18"
-        );
-        for version in [150_000, 160_009, 180_004, 190_000] {
-            assert!(super::supported(version).is_ok(), "{version}");
-        }
     }
 }
