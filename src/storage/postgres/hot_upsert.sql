@@ -8,7 +8,8 @@
 -- $5 the clock (NULL: the database's).
 --
 -- The proposed row carries the limit in prev_count, k as if the row were
--- new in tat_us (which a fixed window does not use) and k * cost in count;
+-- new in tat_us (which a fixed window does not use) and k * cost in count
+-- (so EXCLUDED.count / EXCLUDED.tat_us is the cost, k being at least 1);
 -- the conflict branch writes the k it admits to tat_us, so that RETURNING
 -- says which of the key's checks were admitted: the first k.
 WITH req AS (

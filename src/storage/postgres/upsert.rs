@@ -19,13 +19,13 @@
 //! only for denied rows: as a plain join they ran an index lookup for every
 //! row.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::literal::Arg;
 use super::session::is_sqlstate;
-use std::collections::HashMap;
-
 use super::statements::{buckets_of, fetch_rows, to_i64, Row};
 use crate::algorithm::Algorithm;
 use crate::storage::CheckBatch;
@@ -38,7 +38,7 @@ pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
 /// One-bucket fixed-window checks of which several share a key, each alike
 /// (a hot key): the key's checks proposed as one row, that decides how many
 /// of them fit. `pglimit_check_batch` took such batches, one bucket at a
-/// time, at 3 to 6 times the database CPU per check (docs/performance.md).
+/// time, at nearly 4 times the statement time per check (docs/performance.md).
 pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
