@@ -1,6 +1,6 @@
 //! The single node's one-bucket upserts (`upsert.sql`, `hot_upsert.sql`)
-//! written for one shard: its statements name the shard's tables and route, so that a
-//! worker plans them once per connection and keeps the plan, where the
+//! written for one shard: they name the shard's tables and route, so that a
+//! worker plans them once per connection and keeps the plans, where the
 //! route function plans its dynamic statements on every call.
 //!
 //! The texts are derived from the single node's, not written twice: each rewrite
@@ -21,8 +21,9 @@ pub(in crate::storage::postgres) struct Shard {
     pub blocks_name: String,
 }
 
-/// What `upsert.sql` says of the single node's tables, and what it says on
-/// `shard`'s: the shard's own tables, its route in every key, and the lock.
+/// What the one-bucket upserts say of the single node's tables, and what
+/// they say on `shard`'s: the shard's own tables, its route in every key,
+/// and the lock.
 fn rewrites(shard: &Shard) -> [(&'static str, String); 6] {
     let Shard { route, buckets, buckets_name, blocks_name } = shard;
     [
