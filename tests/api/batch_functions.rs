@@ -82,6 +82,37 @@ fn twins(rng: &mut StdRng, slot: u8) -> (Bucket, Bucket) {
     (a.clone(), Bucket { key: key.to_vec(), ..a })
 }
 
+/// One time in `one_in`, an operator's block on a random slot's twin keys,
+/// ending within 2 s of `now`.
+async fn block_now_and_then(
+    rng: &mut StdRng,
+    pool: &PgPool,
+    slots: &[(Bucket, Bucket)],
+    now: DateTime<Utc>,
+    one_in: u32,
+) {
+    if !rng.gen_ratio(1, one_in) {
+        return;
+    }
+    let (a, b) = &slots[rng.gen_range(0..slots.len())];
+    let until = now + TimeDelta::milliseconds(rng.gen_range(0..2_000));
+    for key in [&a.key, &b.key] {
+        sqlx::query(BLOCK).bind(key).bind(until).execute(pool).await.expect("a block");
+    }
+}
+
+/// Counts `answers` by branch: denied, admitted, blocked (and both).
+fn tally(seen: &mut [usize; 4], answers: &[Answer]) {
+    for (_, allowed, _, _, _, _, blocked) in answers {
+        seen[usize::from(*allowed) + 2 * usize::from(*blocked)] += 1;
+    }
+}
+
+/// Denied, admitted, blocked: the trace went through every branch.
+fn assert_every_branch(seen: &[usize; 4]) {
+    assert!([seen[0], seen[1], seen[2]].iter().all(|&n| n > 20), "seen (denied, allowed, blocked): {seen:?}");
+}
+
 /// Random batches of checks with one to three buckets each (no key twice in
 /// a batch), over every algorithm, costs 0 to 3, lockouts and an operator's
 /// blocks, sent to both functions on twin keys at the same clock.
@@ -96,13 +127,7 @@ async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
     let mut seen = [0usize; 4];
     for round in 0..400 {
         now += TimeDelta::microseconds(rng.gen_range(0..500_000));
-        if rng.gen_ratio(1, 20) {
-            let (a, b) = &slots[rng.gen_range(0..slots.len())];
-            let until = now + TimeDelta::milliseconds(rng.gen_range(0..2_000));
-            for key in [&a.key, &b.key] {
-                sqlx::query(BLOCK).bind(key).bind(until).execute(&pool).await.expect("a block");
-            }
-        }
+        block_now_and_then(&mut rng, &pool, &slots, now, 20).await;
         let mut order: Vec<usize> = (0..slots.len()).collect();
         order.sort_by_key(|_| rng.gen::<u32>());
         let mut free = order.into_iter();
@@ -116,12 +141,9 @@ async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
         let want = call(&pool, "pglimit_check_batch", &general, now).await;
         let got = call(&pool, "pglimit_check_distinct", &distinct, now).await;
         assert_eq!(got, want, "round {round}: the answers differ");
-        for (_, allowed, _, _, _, _, blocked) in got {
-            seen[usize::from(allowed) + 2 * usize::from(blocked)] += 1;
-        }
+        tally(&mut seen, &got);
     }
-    // Denied, admitted, blocked: the trace went through every branch.
-    assert!([seen[0], seen[1], seen[2]].iter().all(|&n| n > 20), "seen (denied, allowed, blocked): {seen:?}");
+    assert_every_branch(&seen);
     for (s, (a, b)) in slots.iter().enumerate() {
         assert_eq!(
             stored(&pool, &b.key).await,
@@ -186,13 +208,7 @@ async fn replay_one_bucket(upsert: &str, repeats: bool, seed: u64) {
     let mut seen = [0usize; 4];
     for round in 0..300 {
         now += TimeDelta::microseconds(rng.gen_range(0..400_000));
-        if rng.gen_ratio(1, 12) {
-            let (a, b) = &slots[rng.gen_range(0..slots.len())];
-            let until = now + TimeDelta::milliseconds(rng.gen_range(0..2_000));
-            for key in [&a.key, &b.key] {
-                sqlx::query(BLOCK).bind(key).bind(until).execute(&pool).await.expect("a block");
-            }
-        }
+        block_now_and_then(&mut rng, &pool, &slots, now, 12).await;
         let costs: Vec<i64> = slots.iter().map(|(a, _)| rng.gen_range(1..=a.limit.min(3))).collect();
         let mut picked: Vec<usize> =
             (0..rng.gen_range(1..12)).map(|_| rng.gen_range(0..slots.len())).collect();
@@ -206,11 +222,9 @@ async fn replay_one_bucket(upsert: &str, repeats: bool, seed: u64) {
         let want = call(&pool, "pglimit_check_batch", &general, now).await;
         let got = call_upsert(&pool, upsert, &mine, now).await;
         assert_eq!(got, want, "round {round}: the answers differ");
-        for (_, allowed, _, _, _, _, blocked) in got {
-            seen[usize::from(allowed) + 2 * usize::from(blocked)] += 1;
-        }
+        tally(&mut seen, &got);
     }
-    assert!([seen[0], seen[1], seen[2]].iter().all(|&n| n > 20), "seen (denied, allowed, blocked): {seen:?}");
+    assert_every_branch(&seen);
     let counted = "SELECT format('%s %s', count, expires_at) FROM pglimit_buckets WHERE key = $1";
     for (s, (a, b)) in slots.iter().enumerate() {
         let row = |key: &Vec<u8>| sqlx::query_scalar::<_, String>(counted).bind(key.clone()).fetch_one(&pool);
