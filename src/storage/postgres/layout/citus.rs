@@ -161,25 +161,25 @@ fn statements_of(
     members: Vec<usize>,
     direct: Option<i32>,
 ) -> Vec<Statement> {
-    let on_shards = members.iter().all(|&i| {
-        let key = batches[i].buckets.first().map(|b| b.key);
-        matches!(upsert::road(&[batches[i]], Keys::Distinct), Some(Road::OneBucket))
-            && key.is_some_and(|key| direct == Some(routes.worker(&key)))
-    });
+    let on_worker =
+        |&i: &usize| batches[i].buckets.first().is_some_and(|b| direct == Some(routes.worker(&b.key)));
+    if !members.iter().all(on_worker) {
+        return vec![Statement::Node(members)];
+    }
     let mut by_route: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    for &i in members.iter().filter(|_| on_shards) {
+    for &i in &members {
         by_route.entry(routes.of(&batches[i].buckets[0].key)).or_default().push(i);
     }
-    let road = |group: &[usize]| {
+    // Only the one-bucket fixed-window upserts are written for the shards.
+    let on_shard = |group: &[usize]| {
         let group: Vec<&CheckBatch> = group.iter().map(|&i| batches[i]).collect();
-        upsert::road(&group, Keys::of(&group))
+        upsert::road(&group, Keys::of(&group)).filter(|road| matches!(road, Road::OneBucket | Road::HotKeys))
     };
-    let statements: Option<Vec<Statement>> =
-        by_route.into_values().map(|group| road(&group).map(|road| Statement::Upsert(group, road))).collect();
-    match statements {
-        Some(statements) if on_shards => statements,
-        _ => vec![Statement::Node(members)],
-    }
+    let statements: Option<Vec<Statement>> = by_route
+        .into_values()
+        .map(|group| on_shard(&group).map(|road| Statement::Upsert(group, road)))
+        .collect();
+    statements.unwrap_or_else(|| vec![Statement::Node(members)])
 }
 
 async fn run(
