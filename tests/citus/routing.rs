@@ -46,6 +46,28 @@ async fn a_hot_keys_checks_are_decided_as_one_row_on_its_shard() {
     assert_eq!(calls(&logging.read(&["coordinator"])), 0, "no check on the coordinator");
 }
 
+/// A worker's checks on keys of several of its shards, sent together, are
+/// one statement over its shards, and each check gets its own answer:
+/// of keys checked at once, those already at their limit are denied and
+/// the others admitted, whatever their place in the statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_workers_checks_on_several_shards_are_one_statement_each_answered_as_its_own() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let keys: Vec<String> = (0..120).map(|n| unique(&format!("several{n}"))).collect();
+    let body = |key: &String| json!({ "key": key, "limit": 1, "window": "1m" });
+    assert_eq!(admitted(&fire(std::slice::from_ref(&app), keys[..40].iter().map(body).collect()).await), 40);
+    let logging = NodeLogs::start(&dir).await;
+    for (allowed, sent) in fire(&[app], keys.iter().map(body).collect()).await {
+        let spent = keys[..40].iter().any(|key| sent["key"] == *key.as_str());
+        assert_eq!(allowed, !spent, "{sent}: only the keys checked before are at their limit");
+    }
+    let workers = logging.read(&WORKERS);
+    let several = workers.split("LOG:").filter(|s| s.matches("pglimit_lock_shard(").count() >= 2);
+    assert!(several.count() > 0, "a statement over several shards: {workers}");
+}
+
 /// With `PGLIMIT_CITUS_CHECKS=coordinator` every check goes through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]

@@ -13,6 +13,7 @@ use sqlx::query::QueryAs;
 
 /// One parameter of the check statements.
 pub(super) enum Arg<'a> {
+    Int(i32),
     Ints(Vec<i32>),
     Smallints(Vec<i16>),
     Bigints(Vec<i64>),
@@ -31,6 +32,7 @@ impl<'a> Arg<'a> {
         'a: 'q,
     {
         match self {
+            Arg::Int(v) => query.bind(v),
             Arg::Ints(v) => query.bind(v),
             Arg::Smallints(v) => query.bind(v),
             Arg::Bigints(v) => query.bind(v),
@@ -42,6 +44,7 @@ impl<'a> Arg<'a> {
 
     fn written(&self) -> String {
         match self {
+            Arg::Int(v) => format!("{v}::integer"),
             Arg::Ints(v) => numbers(v, "integer"),
             Arg::Smallints(v) => numbers(v, "smallint"),
             Arg::Bigints(v) => numbers(v, "bigint"),

@@ -160,10 +160,7 @@ pub(super) fn args<'a>(
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
     let buckets = || buckets_of(batches);
-    let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
-    let limits = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect());
-    let windows = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
-    let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
+    let [keys, limits, windows, costs] = columns(batches);
     let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
     match road {
         Road::OneBucket | Road::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
@@ -174,4 +171,16 @@ pub(super) fn args<'a>(
             vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes]
         }
     }
+}
+
+/// Every upsert's first arguments: each bucket's key, limit, window (ms)
+/// and its check's cost.
+pub(super) fn columns<'a>(batches: &'a [&'a CheckBatch]) -> [Arg<'a>; 4] {
+    let buckets = || buckets_of(batches);
+    [
+        Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect()),
+        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect()),
+        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect()),
+        Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect()),
+    ]
 }

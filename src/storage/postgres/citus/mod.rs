@@ -20,9 +20,11 @@
 //! This module sets the cluster up and places the keys; the statements of
 //! Citus mode are the layout's (`layout/citus.rs`).
 
+mod joined;
 mod parts;
 mod shard;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -31,6 +33,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
 use crate::storage::Key;
+pub(super) use joined::WorkerUpserts;
 pub(super) use parts::{merge, split, Part};
 
 /// Citus mode (docs/scaling.md, "When and how"): counters distributed by
@@ -124,6 +127,8 @@ pub(super) struct Routes {
     nodes: Vec<Node>,
     /// Each slot's one-bucket upserts, written for its route's shard.
     upserts: Vec<shard::ShardUpserts>,
+    /// Each worker's shards' upserts joined into one statement, as last read.
+    joined: ArcSwap<HashMap<i32, Arc<WorkerUpserts>>>,
 }
 
 impl Routes {
@@ -140,9 +145,9 @@ impl Routes {
         usize::from(u16::from_be_bytes([key[0], key[1]])) % self.routes.len()
     }
 
-    /// The one-bucket upserts on `key`'s shard ([`shard`]).
-    pub fn upserts(&self, key: &Key) -> &shard::ShardUpserts {
-        &self.upserts[self.slot(key)]
+    /// The one-bucket upserts of all the shards `worker` held when last read.
+    pub fn joined(&self, worker: i32) -> Option<Arc<WorkerUpserts>> {
+        self.joined.load().get(&worker).cloned()
     }
 
     pub fn all(&self) -> &[i32] {
@@ -157,8 +162,26 @@ impl Routes {
     /// Reads again which worker holds each route.
     pub async fn refresh(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         let rows: Vec<(Option<i32>,)> = sqlx::query_as(PLACEMENTS).fetch_all(conn).await?;
-        self.workers.store(Arc::new(rows.into_iter().map(|(g,)| g.unwrap_or(0)).collect()));
+        let workers: Vec<i32> = rows.into_iter().map(|(g,)| g.unwrap_or(0)).collect();
+        self.joined.store(Arc::new(self.join(&workers).map_err(sqlx::Error::Protocol)?));
+        self.workers.store(Arc::new(workers));
         Ok(())
+    }
+
+    /// Each worker's statement over its shards, in route order (the order
+    /// everything locks rows in).
+    fn join(&self, workers: &[i32]) -> Result<HashMap<i32, Arc<WorkerUpserts>>, String> {
+        let mut slots: BTreeMap<i32, BTreeMap<i32, usize>> = BTreeMap::new();
+        for (slot, &worker) in workers.iter().enumerate() {
+            slots.entry(worker).or_default().insert(self.routes[slot], slot);
+        }
+        let join_one = |(worker, by_route): (i32, BTreeMap<i32, usize>)| {
+            let shards: Vec<(&str, &str)> =
+                by_route.values().map(|&slot| (&*self.upserts[slot].one, &*self.upserts[slot].hot)).collect();
+            let upserts = WorkerUpserts::of(by_route.keys().copied().collect(), &shards)?;
+            Ok((worker, Arc::new(upserts)))
+        };
+        slots.into_iter().map(join_one).collect()
     }
 }
 
@@ -166,11 +189,24 @@ impl Routes {
 impl Routes {
     /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
     pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
-        let upserts = routes
-            .iter()
-            .map(|r| shard::ShardUpserts { one: format!("upsert on route {r}"), hot: format!("hot on {r}") })
-            .collect();
-        Routes { routes, workers: ArcSwap::new(Arc::new(workers)), nodes: Vec::new(), upserts }
+        let text = || joined::Texts { one: "upsert".into(), hot: "hot upsert".into() };
+        let mut joined: HashMap<i32, WorkerUpserts> = HashMap::new();
+        for (&route, &worker) in routes.iter().zip(&workers) {
+            let new = || WorkerUpserts { routes: Vec::new(), all: text(), each: Vec::new() };
+            let on = joined.entry(worker).or_insert_with(new);
+            on.routes.push(route);
+            on.routes.sort_unstable();
+            on.each.push(text());
+        }
+        let joined = joined.into_iter().map(|(worker, upserts)| (worker, Arc::new(upserts))).collect();
+        let workers = ArcSwap::new(Arc::new(workers));
+        Routes {
+            routes,
+            workers,
+            nodes: Vec::new(),
+            upserts: Vec::new(),
+            joined: ArcSwap::new(Arc::new(joined)),
+        }
     }
 }
 
@@ -231,7 +267,8 @@ pub(super) async fn setup(
         .into_iter()
         .map(|(group, host, port)| Node { group, host, port: u16::try_from(port).unwrap_or(5432) })
         .collect();
-    let routes = Routes { routes, workers: ArcSwap::default(), nodes, upserts };
+    let (workers, joined) = (ArcSwap::default(), ArcSwap::default());
+    let routes = Routes { routes, workers, nodes, upserts, joined };
     routes.refresh(conn).await?;
     tracing::info!(
         routes = routes.routes.len(),

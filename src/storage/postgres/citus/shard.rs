@@ -1,14 +1,18 @@
 //! The single node's one-bucket upserts (`upsert.sql`, `hot_upsert.sql`)
 //! written for one shard: they name the shard's tables and route, so that a
 //! worker plans them once per connection and keeps the plans, where the
-//! route function plans its dynamic statements on every call.
+//! route function plans its dynamic statements on every call. They are the
+//! segments of a worker's statement ([`super::joined`]).
 //!
 //! The texts are derived from the single node's, not written twice: each rewrite
 //! below must match exactly once, and a test checks that they all do. The
 //! statement first locks the shard as `pglimit_check_node` does
 //! (`pglimit_lock_shard`, in an InitPlan that runs before any row is
-//! written), so a shard move waits for it, and a call that finds the shard
-//! gone fails with the same serialization error.
+//! written, once the earlier segments' shards are written: `after`), so a
+//! shard move waits for it, and a call that finds the shard gone fails
+//! with the same serialization error. The lock asks for a check of its own
+//! segment: the planner runs a condition on no column before the first row,
+//! so without one an empty segment would lock its shard too.
 
 use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT};
 
@@ -35,7 +39,10 @@ fn rewrites(shard: &Shard) -> [(&'static str, String); 6] {
         ("\n    SELECT key,", format!("\n    SELECT {route}, key,")),
         (
             "WHERE cost <= lim AND",
-            format!("WHERE (SELECT pglimit_lock_shard({buckets})) IS NOT NULL AND cost <= lim AND"),
+            format!(
+                "WHERE (SELECT pglimit_lock_shard({buckets}) FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL \
+                 AND cost <= lim AND"
+            ),
         ),
         ("ON CONFLICT (key)", "ON CONFLICT (route, key)".to_owned()),
         (
@@ -91,7 +98,9 @@ mod tests {
         for sql in [both.one, both.hot] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
             assert!(sql.contains("SELECT 7, key,"), "{sql}");
-            assert!(sql.contains("(SELECT pglimit_lock_shard(102008)) IS NOT NULL"), "{sql}");
+            let lock =
+                "(SELECT pglimit_lock_shard(102008) FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL";
+            assert!(sql.contains(lock), "{sql}");
             assert!(sql.contains("ON CONFLICT (route, key)"), "{sql}");
             assert_eq!(sql.matches("route = 7 AND").count(), 2, "blocks and the denied row's read: {sql}");
         }

@@ -27,22 +27,30 @@ fn fixed(second_byte: u8) -> CheckBatch {
     check(vec![bucket(second_byte, Algorithm::FixedWindow)])
 }
 
-fn decided_by(batches: &[CheckBatch], direct: Option<i32>) -> Vec<(&'static str, Vec<usize>)> {
+fn decided_by(batches: &[CheckBatch], direct: Option<i32>) -> Vec<(&'static str, Vec<Vec<usize>>)> {
+    decided_on(&routes(), batches, direct)
+}
+
+fn decided_on(
+    routes: &Routes,
+    batches: &[CheckBatch],
+    direct: Option<i32>,
+) -> Vec<(&'static str, Vec<Vec<usize>>)> {
     let batches: Vec<&CheckBatch> = batches.iter().collect();
-    let statements = statements_of(&routes(), &batches, (0..batches.len()).collect(), direct);
-    let named = |s: Statement| match s {
-        Statement::Upsert(members, Road::HotKeys) => ("hot upsert", members),
-        Statement::Upsert(members, _) => ("upsert", members),
-        Statement::Node(members) => ("node", members),
+    let named = |statement| match statement {
+        Statement::Upsert(_, Shards::All, segments, Road::HotKeys) => ("hot upsert", segments),
+        Statement::Upsert(_, Shards::All, segments, _) => ("upsert", segments),
+        Statement::Upsert(_, Shards::One(_), segments, _) => ("a shard's upsert", segments),
+        Statement::Node(members) => ("node", vec![members]),
     };
-    statements.into_iter().map(named).collect()
+    statements_of(routes, &batches, (0..batches.len()).collect(), direct).into_iter().map(named).collect()
 }
 
 #[test]
-fn one_bucket_checks_on_the_connected_worker_take_one_upsert_per_route() {
-    let batches = [fixed(0), fixed(2), fixed(3), fixed(5)];
-    let expected = vec![("upsert", vec![0, 2]), ("upsert", vec![1, 3])];
-    assert_eq!(decided_by(&batches, Some(1)), expected, "routes 10 (slot 0) and 30 (slot 2)");
+fn one_bucket_checks_on_the_connected_worker_take_one_statement_a_segment_per_route() {
+    let batches = [fixed(2), fixed(0), fixed(3), fixed(5)];
+    let expected = vec![("upsert", vec![vec![1, 2], vec![0, 3]])];
+    assert_eq!(decided_by(&batches, Some(1)), expected, "routes 10 (slot 0) and 30 (slot 2), in route order");
 }
 
 #[test]
@@ -51,13 +59,13 @@ fn a_batch_with_any_other_check_goes_whole_to_the_route_function() {
     let policy = check(vec![bucket(0, Algorithm::FixedWindow), bucket(2, Algorithm::FixedWindow)]);
     for other in [token, policy] {
         let batches = [fixed(0), other, fixed(5)];
-        assert_eq!(decided_by(&batches, Some(1)), vec![("node", vec![0, 1, 2])]);
+        assert_eq!(decided_by(&batches, Some(1)), vec![("node", vec![vec![0, 1, 2]])]);
     }
 }
 
 #[test]
-fn a_key_twice_takes_its_routes_hot_upsert_and_the_other_routes_theirs() {
-    let expected = vec![("hot upsert", vec![0, 1]), ("upsert", vec![2])];
+fn a_key_twice_takes_the_hot_upsert_for_every_route() {
+    let expected = vec![("hot upsert", vec![vec![0, 1], vec![2]])];
     assert_eq!(decided_by(&[fixed(0), fixed(0), fixed(2)], Some(1)), expected);
 }
 
@@ -65,11 +73,23 @@ fn a_key_twice_takes_its_routes_hot_upsert_and_the_other_routes_theirs() {
 fn a_key_twice_with_other_limits_goes_to_the_route_function_which_decides_them_in_turn() {
     let mut other = fixed(0);
     other.buckets[0].limit = 6;
-    assert_eq!(decided_by(&[fixed(0), other, fixed(2)], Some(1)), vec![("node", vec![0, 1, 2])]);
+    assert_eq!(decided_by(&[fixed(0), other, fixed(2)], Some(1)), vec![("node", vec![vec![0, 1, 2]])]);
 }
 
 #[test]
 fn through_the_coordinator_or_off_its_worker_a_check_takes_the_route_function() {
-    assert_eq!(decided_by(&[fixed(0)], None), vec![("node", vec![0])], "through the coordinator");
-    assert_eq!(decided_by(&[fixed(1)], Some(1)), vec![("node", vec![0])], "a key of worker 2");
+    assert_eq!(decided_by(&[fixed(0)], None), vec![("node", vec![vec![0]])], "through the coordinator");
+    assert_eq!(decided_by(&[fixed(1)], Some(1)), vec![("node", vec![vec![0]])], "a key of worker 2");
+}
+
+#[test]
+fn checks_on_one_shard_or_few_of_many_take_each_shards_own_statement() {
+    assert_eq!(decided_by(&[fixed(2), fixed(5)], Some(1)), vec![("a shard's upsert", vec![vec![0, 1]])]);
+    // Nine routes, all on worker 1: a key's slot is its second byte.
+    let nine = Routes::for_tests((1..=9).collect(), vec![1; 9]);
+    let expected = vec![("a shard's upsert", vec![vec![0]]), ("a shard's upsert", vec![vec![1]])];
+    assert_eq!(decided_on(&nine, &[fixed(0), fixed(4)], Some(1)), expected, "2 of 9 shards");
+    let three = decided_on(&nine, &[fixed(0), fixed(4), fixed(8)], Some(1));
+    assert_eq!(three.len(), 1, "3 of 9 shards: {three:?}");
+    assert_eq!(three[0].1.iter().filter(|s| !s.is_empty()).count(), 3);
 }
