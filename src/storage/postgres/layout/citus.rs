@@ -1,19 +1,21 @@
 //! The statements of Citus mode: each call confined to one worker, or to
 //! one route's shard, as [`Routes`] places the keys (see [`super::super::citus`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::{AbsorbSql, Absorbing, Blocking};
-use crate::storage::postgres::citus::{Routes, WorkerUpserts};
+use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
-use crate::storage::postgres::upsert::{self, Keys, Road};
+use crate::storage::postgres::upsert::{self, Road};
 use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
+use plan::{by_worker, statements_of, Shards, Statement};
+
+#[path = "citus_plan.rs"]
+mod plan;
 
 /// The batch function for buckets on one worker, given the route Citus
 /// sends the call by (written into the statement, so that a generic plan
@@ -76,45 +78,10 @@ fn moved(e: &sqlx::Error) -> bool {
         || db.code().as_deref() == Some("40001") && db.message().starts_with("pglimit: shard"))
 }
 
-/// A statement that decides some of a worker's checks: one-bucket checks
-/// as the worker's shards' upserts joined into one (`Shards::All`, each
-/// segment's checks in the segments' order) or as one shard's
-/// (`upsert.sql`'s, or `hot_upsert.sql`'s when a key repeats), or checks
-/// through the route function.
-enum Statement {
-    Upsert(Arc<WorkerUpserts>, Shards, Vec<Vec<usize>>, Road),
-    Node(Vec<usize>),
-}
-
-/// Which of a worker's statements an upsert takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shards {
-    All,
-    One(usize),
-}
-
-impl Statement {
-    /// The checks it decides, in the order it answers them.
-    fn members(&self) -> Vec<usize> {
-        match self {
-            Statement::Upsert(_, _, segments, _) => segments.concat(),
-            Statement::Node(members) => members.clone(),
-        }
-    }
-}
-
-/// A statement over all of a worker's shards is taken when at least one in
-/// this many has checks: each empty segment costs its statement a few
-/// relations opened and locked, and a statement per shard costs a commit.
-/// With 16 shards a worker, at 8 and 32 clients: always all shards 1,800
-/// and 4,800 checks/s, always a statement per shard 2,100 and 2,700, one
-/// in 3 2,000 and 4,100, one in 4 1,800 and 4,300, one in 2 1,900 and 3,200.
-const FILLED_SHARE: usize = 3;
-
 /// Decides `batches` (each on a single worker, as last read), and returns
 /// one answer per batch, in order. On a connection straight to worker
 /// `direct`, its one-bucket fixed-window checks take its shards' joined
-/// upsert, or their shards' own ([`FILLED_SHARE`]); the rest, one call of
+/// upsert, or their shards' own ([`plan::FILLED_SHARE`]); the rest, one call of
 /// the route function per worker.
 pub(super) async fn decide(
     conn: &mut PgConnection,
@@ -179,58 +146,6 @@ async fn resend(
     Ok(decided)
 }
 
-/// The statements that decide `members` (on one worker). On that worker's
-/// own connection, when all of them are one-bucket fixed-window checks, a
-/// key's checks alike: its shards' joined upsert, or each shard's own.
-/// Otherwise one call of the route function, which costs about the same
-/// whatever it carries.
-fn statements_of(
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    members: Vec<usize>,
-    direct: Option<i32>,
-) -> Vec<Statement> {
-    let statement = statement_of(routes, batches, members, direct);
-    let Statement::Upsert(joined, _, segments, road) = statement else { return vec![statement] };
-    let filled: Vec<usize> = (0..segments.len()).filter(|&s| !segments[s].is_empty()).collect();
-    if filled.len() > 1 && filled.len() * FILLED_SHARE >= segments.len() {
-        return vec![Statement::Upsert(joined, Shards::All, segments, road)];
-    }
-    let alone =
-        |s: usize| Statement::Upsert(Arc::clone(&joined), Shards::One(s), vec![segments[s].clone()], road);
-    filled.into_iter().map(alone).collect()
-}
-
-/// The statement over all the worker's shards for `members`, or the route function's.
-fn statement_of(
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    members: Vec<usize>,
-    direct: Option<i32>,
-) -> Statement {
-    let on_worker =
-        |&i: &usize| batches[i].buckets.first().is_some_and(|b| direct == Some(routes.worker(&b.key)));
-    let joined = direct.and_then(|worker| routes.joined(worker));
-    let Some(joined) = joined.filter(|_| members.iter().all(on_worker)) else {
-        return Statement::Node(members);
-    };
-    // Only the one-bucket fixed-window upserts are written for the shards.
-    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-    let road =
-        upsert::road(&group, Keys::of(&group)).filter(|r| matches!(r, Road::OneBucket | Road::HotKeys));
-    let Some(road) = road else { return Statement::Node(members) };
-    let mut segments = vec![Vec::new(); joined.routes.len()];
-    for &i in &members {
-        let route = routes.of(&batches[i].buckets[0].key);
-        // A shard that came to the worker since its statement was written.
-        let Some(segment) = joined.routes.iter().position(|&r| r == route) else {
-            return Statement::Node(members);
-        };
-        segments[segment].push(i);
-    }
-    Statement::Upsert(joined, Shards::All, segments, road)
-}
-
 async fn run(
     conn: &mut PgConnection,
     routes: &Routes,
@@ -257,20 +172,6 @@ async fn run(
     }
     let all: Vec<&CheckBatch> = groups.concat();
     statements::answers(&all, statements::fetch_rows(conn, sql, args, None).await?)
-}
-
-/// The batches among `members` grouped by the worker of their first bucket.
-fn by_worker(
-    routes: &Routes,
-    batches: &[&CheckBatch],
-    members: impl Iterator<Item = usize>,
-) -> Vec<Vec<usize>> {
-    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    for i in members {
-        let worker = batches[i].buckets.first().map_or(0, |b| routes.worker(&b.key));
-        groups.entry(worker).or_default().push(i);
-    }
-    groups.into_values().collect()
 }
 
 async fn decide_on_worker(
@@ -352,7 +253,3 @@ pub(super) async fn ping_workers(conn: &mut PgConnection, routes: &Routes) -> Re
     }
     Ok(())
 }
-
-#[cfg(test)]
-#[path = "citus_tests.rs"]
-mod tests;
