@@ -21,6 +21,7 @@
 //! [`MemoryFallback`] says.
 
 mod detector;
+mod others;
 mod recovery;
 mod releases;
 
@@ -28,13 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
-use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, MemoryFallback, MemoryStore, Primary,
-    Stale, Store, StoreError,
-};
-use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
+use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Stale, Store, StoreError};
 use detector::Detector;
 use recovery::Throttle;
 use releases::OwedReleases;
@@ -228,94 +225,5 @@ impl<P: Primary> Store for FallbackStore<P> {
 
     fn keeps_leases(&self) -> bool {
         self.inner.primary.keeps_leases()
-    }
-}
-
-/// Leases are in Postgres: while this instance is degraded, a release is
-/// kept and written back when Postgres returns (`releases.rs`), and a
-/// renewal is refused (the lease then ends by itself).
-impl<P: Primary> Leases for FallbackStore<P> {
-    async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
-        if !self.is_degraded() {
-            match self.inner.primary.release(id).await {
-                Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
-                answer => return answer,
-            }
-        }
-        let kept = self.inner.releases.keep(id)?;
-        if !self.is_degraded() {
-            self.flush_later(); // Postgres returned meanwhile: not left for the next outage
-        }
-        Ok(Some(kept))
-    }
-
-    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.renew(id).await
-    }
-
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
-        self.inner.primary.releases_heard()
-    }
-}
-
-/// Actions must reach every instance, which only Postgres can do: while
-/// this instance is degraded they are refused, not kept in memory.
-impl<P: Primary + Actions> Actions for FallbackStore<P> {
-    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.reset(keys).await
-    }
-
-    async fn block(
-        &self,
-        targets: &[BlockTarget],
-        duration: Duration,
-        reason: Option<&str>,
-    ) -> Result<DateTime<Utc>, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.block(targets, duration, reason).await
-    }
-
-    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.unblock(keys).await
-    }
-
-    async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.blocks(limit).await
-    }
-}
-
-/// Overrides are written and read in Postgres only: while degraded they are
-/// refused, and each instance keeps applying those it holds in memory.
-impl<P: Primary + Overrides> Overrides for FallbackStore<P> {
-    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.add_override(new).await
-    }
-
-    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.remove_override(id).await
-    }
-
-    async fn list_overrides(
-        &self,
-        policy: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<StoredOverride>, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.list_overrides(policy, limit).await
-    }
-
-    async fn load_overrides(&self, loaded: Option<u64>) -> Result<Option<LoadedOverrides>, StoreError> {
-        self.refuse_if_degraded()?;
-        self.inner.primary.load_overrides(loaded).await
-    }
-
-    async fn overrides_may_have_changed(&self) {
-        self.inner.primary.overrides_may_have_changed().await;
     }
 }
