@@ -51,7 +51,8 @@ async fn the_cleanup_deletes_expired_rows_on_every_shard() {
 /// A shard moved to the other worker while checks on it are in flight:
 /// calls wait for the move (they lock the shard's metadata as Citus' own
 /// writes do), those sent to the old worker are sent anew, and the limit
-/// stays exact.
+/// stays exact, also for the keys of other shards that shared a statement
+/// with the moving one's (a statement that fails writes none of them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]
 async fn a_shard_moved_under_load_keeps_the_limit_exact() {
@@ -72,12 +73,17 @@ async fn a_shard_moved_under_load_keeps_the_limit_exact() {
     .await
     .expect("the shard of the key and the other worker");
     let body = json!({ "key": name, "limit": 150, "window": "1h" });
+    let others: Vec<String> = (0..150).map(|n| unique(&format!("beside{n}"))).collect();
     let load = tokio::spawn({
-        let apps = apps.clone();
+        let (apps, others) = (apps.clone(), others.clone());
         async move {
             let mut replies = Vec::new();
-            for _ in 0..10 {
-                replies.extend(fire(&apps, vec![body.clone(); 30]).await);
+            for round in 0..10 {
+                // Each of the others twice at a limit of one, beside the moving key.
+                let beside =
+                    others[round * 15..round * 15 + 15].iter().chain(&others[round * 15..round * 15 + 15]);
+                let beside = beside.map(|key| json!({ "key": key, "limit": 1, "window": "1h" }));
+                replies.extend(fire(&apps, vec![body.clone(); 30].into_iter().chain(beside).collect()).await);
             }
             replies
         }
@@ -90,7 +96,13 @@ async fn a_shard_moved_under_load_keeps_the_limit_exact() {
         .await
         .expect("the move");
     let replies = load.await.expect("load");
-    assert_eq!(admitted(&replies), 150, "300 checks at a limit of 150, during a move");
+    let (moving, beside): (Vec<_>, Vec<_>) = replies.into_iter().partition(|(_, sent)| sent["key"] == *name);
+    assert_eq!(admitted(&moving), 150, "300 checks at a limit of 150, during a move");
+    for key in &others {
+        let of_key: Vec<_> =
+            beside.iter().filter(|(_, sent)| sent["key"] == *key.as_str()).cloned().collect();
+        assert_eq!(admitted(&of_key), 1, "{key}: two checks at a limit of one, during a move");
+    }
     let (count,): (i64,) = sqlx::query_as("SELECT count FROM pglimit_buckets WHERE key = $1")
         .bind(key.as_slice())
         .fetch_one(&pool)
