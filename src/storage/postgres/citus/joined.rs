@@ -157,6 +157,39 @@ mod tests {
     }
 
     #[test]
+    fn both_upserts_of_two_real_shards_join_with_every_name_and_argument_their_own() {
+        let shard = |route: i32, id: i64| super::super::shard::Shard {
+            route,
+            buckets: id,
+            buckets_name: format!("pglimit_buckets_{id}"),
+            blocks_name: format!("pglimit_blocks_{}", id + 5),
+        };
+        let (a, b) = (
+            super::super::shard::upserts(&shard(1, 102_008)),
+            super::super::shard::upserts(&shard(3, 102_010)),
+        );
+        let (a, b) = (a.expect("shard 1"), b.expect("shard 3"));
+        let upserts = WorkerUpserts::of(vec![1, 3], &[(&a.one, &a.hot), (&b.one, &b.hot)]).expect("joined");
+        for sql in [&upserts.all.one, &upserts.all.hot] {
+            assert!(sql.contains("INSERT INTO pglimit_buckets_102010 AS b (route, key,"), "{sql}");
+            assert!(sql.contains(
+                "(SELECT pglimit_lock_shard(102010) FROM after_1 WHERE EXISTS (SELECT FROM req_1))"
+            ));
+            assert!(sql.contains("unnest($7::bytea[], $8::bigint[], $9::bigint[], $10::bigint[])"), "{sql}");
+            assert!(sql.contains("$11::integer AS o_pos") && !sql.contains("$12"), "{sql}");
+            let clock = !sql.contains("$5::timestamptz") && !sql.contains("$10::timestamptz");
+            assert!(
+                clock && sql.contains("coalesce($1::timestamptz, now())"),
+                "the clock is $1 in both: {sql}"
+            );
+        }
+        assert_eq!(upserts.each.len(), 2);
+        assert!(
+            upserts.each[1].one.contains("pglimit_buckets_102010") && !upserts.each[1].one.contains("102008")
+        );
+    }
+
+    #[test]
     fn a_statement_of_another_shape_is_refused_with_what_it_lacks() {
         let unlocked = SHARD.replace("FROM after", "");
         assert!(joined(&[&unlocked]).is_err_and(|e| e.contains("lock its shard after")));
