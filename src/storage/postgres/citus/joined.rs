@@ -1,9 +1,8 @@
 //! One statement for all of a worker's shards: each shard's upsert
 //! ([`super::shard`]) as a segment of one `WITH`, their answers as one
 //! `UNION ALL`. A worker's batch then costs one statement and one commit
-//! whatever the number of its routes it touches, where a statement per
-//! route cost each its own (about 0.45 ms of a worker's CPU at 32 clients,
-//! docs/scaling.md).
+//! however many of its shards it touches, where a statement per shard cost
+//! each its own (docs/scaling.md, "Workers, one bucket").
 //!
 //! Segment `i` has its own names (`req_i`, `up_i`, ...) and arguments: `$1`
 //! is the clock of every segment; the shard's keys, limits, windows and
@@ -30,8 +29,8 @@ const PER_SEGMENT: usize = 5;
 
 /// A worker's statements: `routes` are its shards' routes in the segments'
 /// order; `all` joins every shard's upserts, `each[i]` is shard `i`'s
-/// alone, for a batch on that shard only (a hot key's, say), which the
-/// other shards' empty segments would cost about a fifth more.
+/// alone, for a batch on that shard only (a hot key's, say), to which the
+/// other shards' empty segments would only add cost.
 #[derive(Debug)]
 pub(in crate::storage::postgres) struct WorkerUpserts {
     pub routes: Vec<i32>,
