@@ -54,8 +54,9 @@ pub(super) fn statements_of(
     members: Vec<usize>,
     direct: Option<i32>,
 ) -> Vec<Statement> {
-    let statement = statement_of(routes, batches, members, direct);
-    let Statement::Upsert(joined, _, segments, road) = statement else { return vec![statement] };
+    let Some((joined, segments, road)) = segments_of(routes, batches, &members, direct) else {
+        return vec![Statement::Node(members)];
+    };
     let filled: Vec<usize> = (0..segments.len()).filter(|&s| !segments[s].is_empty()).collect();
     if filled.len() > 1 && filled.len() * FILLED_SHARE >= segments.len() {
         return vec![Statement::Upsert(joined, Shards::All, segments, road)];
@@ -65,34 +66,28 @@ pub(super) fn statements_of(
     filled.into_iter().map(alone).collect()
 }
 
-/// The statement over all the worker's shards for `members`, or the route function's.
-fn statement_of(
+/// `members` placed in the segments of the worker's statement over its
+/// shards, with the upsert they take; `None` when they need the route function.
+fn segments_of(
     routes: &Routes,
     batches: &[&CheckBatch],
-    members: Vec<usize>,
+    members: &[usize],
     direct: Option<i32>,
-) -> Statement {
+) -> Option<(Arc<WorkerUpserts>, Vec<Vec<usize>>, Road)> {
     let on_worker =
         |&i: &usize| batches[i].buckets.first().is_some_and(|b| direct == Some(routes.worker(&b.key)));
-    let joined = direct.and_then(|worker| routes.joined(worker));
-    let Some(joined) = joined.filter(|_| members.iter().all(on_worker)) else {
-        return Statement::Node(members);
-    };
+    let joined = direct.and_then(|worker| routes.joined(worker)).filter(|_| members.iter().all(on_worker))?;
     // Only the one-bucket fixed-window upserts are written for the shards.
     let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
     let road =
-        upsert::road(&group, Keys::of(&group)).filter(|r| matches!(r, Road::OneBucket | Road::HotKeys));
-    let Some(road) = road else { return Statement::Node(members) };
+        upsert::road(&group, Keys::of(&group)).filter(|r| matches!(r, Road::OneBucket | Road::HotKeys))?;
     let mut segments = vec![Vec::new(); joined.routes.len()];
-    for &i in &members {
+    for &i in members {
         let route = routes.of(&batches[i].buckets[0].key);
-        // A shard that came to the worker since its statement was written.
-        let Some(segment) = joined.routes.iter().position(|&r| r == route) else {
-            return Statement::Node(members);
-        };
-        segments[segment].push(i);
+        // None: a shard that came to the worker since its statement was written.
+        segments[joined.routes.iter().position(|&r| r == route)?].push(i);
     }
-    Statement::Upsert(joined, Shards::All, segments, road)
+    Some((joined, segments, road))
 }
 
 /// The batches among `members` grouped by the worker of their first bucket.
