@@ -2,7 +2,7 @@
 //! ([`super::shard`]) as a segment of one `WITH`, their answers as one
 //! `UNION ALL`. A worker's batch then costs one statement and one commit
 //! however many of its shards it touches, where a statement per shard cost
-//! each its own (docs/scaling.md, "Workers, one bucket").
+//! each its own (docs/scaling.md, "Design").
 //!
 //! Segment `i` has its own names (`req_i`, `up_i`, ...) and arguments: `$1`
 //! is the clock of every segment; the shard's keys, limits, windows and
