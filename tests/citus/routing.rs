@@ -68,6 +68,33 @@ async fn a_workers_checks_on_several_shards_are_one_statement_each_answered_as_i
     assert!(several.count() > 0, "a statement over several shards: {workers}");
 }
 
+/// A `login` check's buckets on one worker (on two of its shards, often)
+/// are one statement over them, all or nothing: once the IP's bucket is
+/// full, checks of new emails from that IP take nothing from the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_checks_buckets_on_several_shards_of_a_worker_are_decided_together() {
+    let (url, dir) = cluster();
+    let app = instance(&url, &[("PGLIMIT_CLEANUP_RATE", "0")]).await;
+    let logging = NodeLogs::start(&dir).await;
+    let [a, b, c] = rand::random::<[u8; 3]>();
+    let ip = format!("100.{}.{b}.{c}", 64 + a % 64);
+    let emails: Vec<String> = (0..50).map(|_| format!("{}@example.com", unique("shards"))).collect();
+    for (n, email) in emails.iter().enumerate() {
+        let reply = check(&app, common::login(email, &ip)).await;
+        assert_eq!(reply.body["allowed"], n < 20, "the IP's limit is 20: {}", reply.body);
+    }
+    let workers = logging.read(&WORKERS);
+    assert!(workers.contains("multi_all"), "the policy upsert over a worker's shards: {workers}");
+    assert_eq!(workers.matches("pglimit_check_node").count(), 0, "no route function: {workers}");
+    for email in &emails[20..] {
+        let body = json!({ "policy": "login", "cost": 0, "identifiers": { "email": email, "ip": ip } });
+        let peek = check(&app, body).await;
+        assert_eq!(common::remaining(&peek.body, "email"), 50, "{email}: nothing taken");
+        assert_eq!(common::remaining(&peek.body, "email_ip"), 5, "{email}: nothing taken");
+    }
+}
+
 /// With `PGLIMIT_CITUS_CHECKS=coordinator` every check goes through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]

@@ -85,6 +85,19 @@ pub(super) fn buckets_of<'a>(
     batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, *batch, b)))
 }
 
+/// Gives each row the position `to[p - 1]` in place of its `p`: for a
+/// statement that answers the buckets in another order than its checks'
+/// (Citus mode's, shard by shard).
+pub(super) fn renumber(rows: &mut [Row], to: &[i32]) -> Result<(), sqlx::Error> {
+    for row in rows {
+        let from = usize::try_from(row.o_pos - 1).ok();
+        row.o_pos = *from.and_then(|p| to.get(p)).ok_or_else(|| {
+            sqlx::Error::Protocol(format!("a statement answered position {} of {}", row.o_pos, to.len()))
+        })?;
+    }
+    Ok(())
+}
+
 /// Hands each batch the rows of its own buckets, in the order they were asked.
 pub(super) fn answers(batches: &[&CheckBatch], mut rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::Error> {
     rows.sort_by_key(|r| r.o_pos);

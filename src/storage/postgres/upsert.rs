@@ -28,7 +28,7 @@ use super::literal::Arg;
 use super::session::is_sqlstate;
 use super::statements::{buckets_of, fetch_rows, to_i64, Row};
 use crate::algorithm::Algorithm;
-use crate::storage::CheckBatch;
+use crate::storage::{BucketSpec, CheckBatch};
 
 /// Every check one fixed-window bucket: the commonest batch, and the
 /// leanest statement (the policy one costs 0.03-0.15 ms more a call:
@@ -52,7 +52,7 @@ pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
 /// locks before it reads. The other algorithms have a statement of their own
 /// (below): in this one the sliding branch made every other check 10% dearer
 /// (docs/performance.md).
-const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
+pub(super) const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
 
 /// Every check one sliding-window, sliding-log or token bucket. A check its
 /// locked row denies and the statement's snapshot admits (another instance
@@ -159,28 +159,28 @@ pub(super) fn args<'a>(
     batches: &'a [&'a CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
-    let buckets = || buckets_of(batches);
-    let [keys, limits, windows, costs] = columns(batches);
-    let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
+    bucket_args(road, &buckets_of(batches).collect::<Vec<_>>(), now)
+}
+
+/// [`args`] for some of a batch's buckets, each `(i, batch, bucket)` a
+/// bucket of check `i`: Citus mode splits a batch by shard.
+pub(super) fn bucket_args<'a>(
+    road: Road,
+    buckets: &[(usize, &'a CheckBatch, &'a BucketSpec)],
+    now: Option<DateTime<Utc>>,
+) -> Vec<Arg<'a>> {
+    let keys = Arg::Bytes(buckets.iter().map(|(_, _, b)| b.key.as_slice()).collect());
+    let limits = Arg::Bigints(buckets.iter().map(|(_, _, b)| to_i64(b.limit)).collect());
+    let windows = Arg::Bigints(buckets.iter().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
+    let costs = Arg::Bigints(buckets.iter().map(|(_, batch, _)| to_i64(batch.cost)).collect());
+    let algorithms = || Arg::Smallints(buckets.iter().map(|(_, _, b)| b.algorithm.code()).collect());
     match road {
         Road::OneBucket | Road::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
         Road::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
         Road::Policy => {
-            let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());
-            let sizes = Arg::Ints(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
+            let positions = Arg::Ints(buckets.iter().map(|&(i, _, _)| i as i32).collect());
+            let sizes = Arg::Ints(buckets.iter().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
             vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes]
         }
     }
-}
-
-/// Every upsert's first arguments: each bucket's key, limit, window (ms)
-/// and its check's cost.
-pub(super) fn columns<'a>(batches: &'a [&'a CheckBatch]) -> [Arg<'a>; 4] {
-    let buckets = || buckets_of(batches);
-    [
-        Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect()),
-        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect()),
-        Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect()),
-        Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect()),
-    ]
 }

@@ -19,13 +19,42 @@
 use std::fmt::Write;
 
 /// The names a segment gives its common table expressions; renamed per segment.
-const NAMES: [&str; 5] = ["req", "grp", "blk", "up", "after"];
+const NAMES: [&str; 8] = ["clock", "req", "grp", "blk", "multi", "snap", "up", "after"];
 
 /// Where a shard's statement turns from its `WITH` to its answers.
 const ANSWERS: &str = "\nSELECT r.pos AS o_pos";
 
-/// The arguments of each segment, besides the shared clock.
-const PER_SEGMENT: usize = 5;
+/// How a shard's statement numbers its arguments: `$clock` is the clock,
+/// shared by the segments, and the others, `$1` to `$last`, are each
+/// segment's own; a segment's last argument is the offset of its positions.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::storage::postgres) struct Numbering {
+    pub clock: usize,
+    pub last: usize,
+}
+
+/// `upsert.sql` and `hot_upsert.sql`: keys, limits, windows, costs, clock.
+pub(in crate::storage::postgres) const ONE_BUCKET: Numbering = Numbering { clock: 5, last: 5 };
+
+/// `policy_upsert.sql`: checks, keys, limits, windows, costs, clock,
+/// algorithms, sizes.
+pub(in crate::storage::postgres) const POLICY: Numbering = Numbering { clock: 6, last: 8 };
+
+impl Numbering {
+    /// Segment `i`'s number for the shard's argument `n`.
+    fn of(self, n: usize, i: usize) -> usize {
+        match n.cmp(&self.clock) {
+            std::cmp::Ordering::Equal => 1,
+            std::cmp::Ordering::Less => 1 + self.last * i + n,
+            std::cmp::Ordering::Greater => self.last * i + n,
+        }
+    }
+
+    /// Segment `i`'s offset: its last argument.
+    fn offset(self, i: usize) -> usize {
+        1 + self.last * (i + 1)
+    }
+}
 
 /// A worker's statements: `routes` are its shards' routes in the segments'
 /// order; `all` joins every shard's upserts, `each[i]` is shard `i`'s
@@ -38,21 +67,26 @@ pub(in crate::storage::postgres) struct WorkerUpserts {
     pub each: Vec<Texts>,
 }
 
-/// One statement in both forms: `one` joins the shards' `upsert.sql` and
-/// `hot` their `hot_upsert.sql` (which, a key once, answers as `upsert.sql`).
+/// One statement in each form: `one` of `upsert.sql`, `hot` of
+/// `hot_upsert.sql` (which, a key once, answers as `upsert.sql`) and
+/// `policy` of `policy_upsert.sql`.
 #[derive(Debug)]
 pub(in crate::storage::postgres) struct Texts {
     pub one: String,
     pub hot: String,
+    pub policy: String,
 }
 
 impl WorkerUpserts {
-    /// The statements of the shards whose upserts are `shards` (one, hot),
-    /// in route order.
-    pub(super) fn of(routes: Vec<i32>, shards: &[(&str, &str)]) -> Result<Self, String> {
-        let texts = |shards: &[(&str, &str)]| -> Result<Texts, String> {
-            let (one, hot): (Vec<&str>, Vec<&str>) = shards.iter().copied().unzip();
-            Ok(Texts { one: joined(&one)?, hot: joined(&hot)? })
+    /// The statements of the shards whose upserts are `shards`, in route order.
+    pub(super) fn of(routes: Vec<i32>, shards: &[&Texts]) -> Result<Self, String> {
+        let texts = |shards: &[&Texts]| -> Result<Texts, String> {
+            let form = |f: fn(&Texts) -> &String| shards.iter().map(|t| f(t).as_str()).collect::<Vec<_>>();
+            Ok(Texts {
+                one: joined(&form(|t| &t.one), ONE_BUCKET)?,
+                hot: joined(&form(|t| &t.hot), ONE_BUCKET)?,
+                policy: joined(&form(|t| &t.policy), POLICY)?,
+            })
         };
         let each = shards.iter().map(|shard| texts(std::slice::from_ref(shard))).collect::<Result<_, _>>()?;
         Ok(WorkerUpserts { routes, all: texts(shards)?, each })
@@ -61,32 +95,41 @@ impl WorkerUpserts {
 
 /// The shards' statements (each written by `super::shard` for one shard,
 /// in lock order) joined into one; an error names what no longer has the
-/// expected shape.
-pub(super) fn joined(shards: &[&str]) -> Result<String, String> {
-    let mut ctes = String::from("WITH after_0 AS (SELECT 0::bigint AS n)");
-    let mut answers = Vec::with_capacity(shards.len());
+/// expected shape. Each segment's expressions that read its arguments and
+/// the snapshot only come first, then `multi_all` (every segment's checks
+/// of several buckets, when the form has them), then each segment's upsert
+/// in lock order.
+pub(super) fn joined(shards: &[&str], numbering: Numbering) -> Result<String, String> {
+    let mut ctes = vec!["after_0 AS (SELECT 0::bigint AS n)".to_owned()];
+    let (mut upserts, mut multi, mut answers) = (Vec::new(), Vec::new(), Vec::new());
     for (i, sql) in shards.iter().enumerate() {
-        let sql = renamed(&without_comments(sql), i);
+        let sql = renamed(&without_comments(sql), i, numbering);
         let split = sql.find(ANSWERS).ok_or("a shard's upsert has no answers (`SELECT r.pos AS o_pos`)")?;
         let (with, select) = sql.split_at(split);
         let with = with.trim().strip_prefix("WITH ").ok_or("a shard's upsert does not begin with WITH")?;
         if !with.contains(&format!("FROM after_{i}")) {
             return Err("a shard's upsert does not lock its shard after the shards before".into());
         }
-        let offset = PER_SEGMENT * i + 6;
-        let select = select.replacen(
-            "SELECT r.pos AS o_pos",
-            &format!("SELECT r.pos + ${offset}::integer AS o_pos"),
-            1,
-        );
+        let turn = [format!(" snap_{i} AS ("), format!(" up_{i} AS (")].iter().find_map(|cte| with.find(cte));
+        let (reads, upsert) = with.split_at(turn.ok_or("a shard's upsert has no `up`")? + 1);
+        ctes.push(reads.trim_end().trim_end_matches(',').to_owned());
         let next = i + 1;
-        let _ = write!(
-            ctes,
-            ",\n{with},\nafter_{next} AS (SELECT n + (SELECT count(*) FROM up_{i}) AS n FROM after_{i})"
-        );
+        upserts.push(format!(
+            "{upsert},\nafter_{next} AS (SELECT n + (SELECT count(*) FROM up_{i}) AS n FROM after_{i})"
+        ));
+        if with.contains(&format!("multi_{i} AS")) {
+            multi.push(format!("SELECT chk, fits FROM multi_{i}"));
+        }
+        let offset = numbering.offset(i);
+        let select =
+            select.replacen(ANSWERS.trim_start(), &format!("SELECT r.pos + ${offset}::integer AS o_pos"), 1);
         answers.push(format!("({})", select.trim()));
     }
-    Ok(format!("{ctes}\n{}", answers.join("\nUNION ALL\n")))
+    if !multi.is_empty() {
+        ctes.push(format!("multi_all AS ({})", multi.join(" UNION ALL ")));
+    }
+    ctes.extend(upserts);
+    Ok(format!("WITH {}\n{}", ctes.join(",\n"), answers.join("\nUNION ALL\n")))
 }
 
 fn without_comments(sql: &str) -> String {
@@ -94,9 +137,8 @@ fn without_comments(sql: &str) -> String {
 }
 
 /// `sql` with segment `i`'s names and arguments: each of [`NAMES`] as a
-/// word gets `_i`, `$5` (the clock) becomes `$1` and `$n` (n from 1 to 4)
-/// becomes `$5i+1+n`.
-fn renamed(sql: &str, i: usize) -> String {
+/// word gets `_i`, and each `$n` becomes segment `i`'s number for it.
+fn renamed(sql: &str, i: usize, numbering: Numbering) -> String {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
     while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
@@ -106,9 +148,8 @@ fn renamed(sql: &str, i: usize) -> String {
             word[1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(word.len(), |e| e + 1);
         let (token, after) = word.split_at(body);
         match token.strip_prefix('$').map(str::parse::<usize>) {
-            Some(Ok(5)) => out.push_str("$1"),
             Some(Ok(n)) => {
-                let _ = write!(out, "${}", PER_SEGMENT * i + 1 + n);
+                let _ = write!(out, "${}", numbering.of(n, i));
             }
             _ if NAMES.contains(&token) => {
                 let _ = write!(out, "{token}_{i}");
@@ -131,7 +172,7 @@ mod tests {
 
     #[test]
     fn each_segment_gets_its_own_names_and_arguments_and_shares_the_clock() {
-        let sql = renamed(SHARD, 2);
+        let sql = renamed(SHARD, 2, ONE_BUCKET);
         assert!(sql.contains("WITH req_2 AS (SELECT $12::bytea[] AS key, $1 AS at), up_2 AS ("), "{sql}");
         assert!(sql.contains("FROM req_2 WHERE (SELECT lock(1) FROM after_2)"), "{sql}");
         assert!(sql.contains("r.upkeep FROM req_2 r LEFT JOIN up_2 u"), "only whole words: {sql}");
@@ -139,7 +180,7 @@ mod tests {
 
     #[test]
     fn shards_are_joined_in_order_each_locked_after_the_ones_before() {
-        let sql = joined(&[SHARD, SHARD]).expect("the shape is known");
+        let sql = joined(&[SHARD, SHARD], ONE_BUCKET).expect("the shape is known");
         assert!(!sql.contains("a comment"), "{sql}");
         assert_eq!(sql.matches("WITH").count(), 1, "{sql}");
         assert!(
@@ -156,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn both_upserts_of_two_real_shards_join_with_every_name_and_argument_their_own() {
+    fn every_upsert_of_two_real_shards_joins_with_every_name_and_argument_its_own() {
         let shard = |route: i32, id: i64| super::super::shard::Shard {
             route,
             buckets: id,
@@ -168,7 +209,7 @@ mod tests {
             super::super::shard::upserts(&shard(3, 102_010)),
         );
         let (a, b) = (a.expect("shard 1"), b.expect("shard 3"));
-        let upserts = WorkerUpserts::of(vec![1, 3], &[(&a.one, &a.hot), (&b.one, &b.hot)]).expect("joined");
+        let upserts = WorkerUpserts::of(vec![1, 3], &[&a, &b]).expect("joined");
         for sql in [&upserts.all.one, &upserts.all.hot] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102010 AS b (route, key,"), "{sql}");
             assert!(sql.contains(
@@ -182,6 +223,14 @@ mod tests {
                 "the clock is $1 in both: {sql}"
             );
         }
+        let policy = &upserts.all.policy;
+        let unnest = "unnest($10::integer[], $11::bytea[], $12::bigint[], $13::bigint[], $14::bigint[], \
+                      $15::smallint[], $16::integer[])";
+        assert!(policy.contains(unnest), "the second segment's arguments: {policy}");
+        assert!(policy.contains("$17::integer AS o_pos") && !policy.contains("$18"), "{policy}");
+        let at = |cte: &str| policy.find(cte).unwrap_or_else(|| panic!("{cte} in {policy}"));
+        assert!(at("multi_1 AS") < at("multi_all AS (") && at("multi_all AS (") < at("\nsnap_0 AS ("));
+        assert_eq!(policy.matches("FROM multi_all GROUP BY chk").count(), 2, "both segments' checks");
         assert_eq!(upserts.each.len(), 2);
         assert!(
             upserts.each[1].one.contains("pglimit_buckets_102010") && !upserts.each[1].one.contains("102008")
@@ -191,7 +240,7 @@ mod tests {
     #[test]
     fn a_statement_of_another_shape_is_refused_with_what_it_lacks() {
         let unlocked = SHARD.replace("FROM after", "");
-        assert!(joined(&[&unlocked]).is_err_and(|e| e.contains("lock its shard after")));
-        assert!(joined(&["SELECT 1"]).is_err_and(|e| e.contains("no answers")));
+        assert!(joined(&[&unlocked], ONE_BUCKET).is_err_and(|e| e.contains("lock its shard after")));
+        assert!(joined(&["SELECT 1"], ONE_BUCKET).is_err_and(|e| e.contains("no answers")));
     }
 }

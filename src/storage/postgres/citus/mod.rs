@@ -33,7 +33,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
 use crate::storage::Key;
-pub(super) use joined::WorkerUpserts;
+pub(super) use joined::{Texts, WorkerUpserts};
 pub(super) use parts::{merge, split, Part};
 
 /// Citus mode (docs/scaling.md, "When and how"): counters distributed by
@@ -125,8 +125,8 @@ pub(super) struct Routes {
     workers: ArcSwap<Vec<i32>>,
     /// The nodes that held a shard at start-up.
     nodes: Vec<Node>,
-    /// Each slot's one-bucket upserts, written for its route's shard.
-    upserts: Vec<shard::ShardUpserts>,
+    /// Each slot's upserts, written for its route's shard.
+    upserts: Vec<Texts>,
     /// Each worker's shards' upserts joined into one statement, as last read.
     joined: ArcSwap<HashMap<i32, Arc<WorkerUpserts>>>,
 }
@@ -145,7 +145,7 @@ impl Routes {
         usize::from(u16::from_be_bytes([key[0], key[1]])) % self.routes.len()
     }
 
-    /// The one-bucket upserts of all the shards `worker` held when last read.
+    /// The upserts of all the shards `worker` held when last read.
     pub fn joined(&self, worker: i32) -> Option<Arc<WorkerUpserts>> {
         self.joined.load().get(&worker).cloned()
     }
@@ -176,8 +176,7 @@ impl Routes {
             slots.entry(worker).or_default().insert(self.routes[slot], slot);
         }
         let join_one = |(worker, by_route): (i32, BTreeMap<i32, usize>)| {
-            let shards: Vec<(&str, &str)> =
-                by_route.values().map(|&slot| (&*self.upserts[slot].one, &*self.upserts[slot].hot)).collect();
+            let shards: Vec<&Texts> = by_route.values().map(|&slot| &self.upserts[slot]).collect();
             let upserts = WorkerUpserts::of(by_route.keys().copied().collect(), &shards)?;
             Ok((worker, Arc::new(upserts)))
         };
@@ -189,7 +188,7 @@ impl Routes {
 impl Routes {
     /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
     pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
-        let text = || joined::Texts { one: "upsert".into(), hot: "hot upsert".into() };
+        let text = || Texts { one: "upsert".into(), hot: "hot upsert".into(), policy: "policy".into() };
         let mut joined: HashMap<i32, WorkerUpserts> = HashMap::new();
         for (&route, &worker) in routes.iter().zip(&workers) {
             let new = || WorkerUpserts { routes: Vec::new(), all: text(), each: Vec::new() };
@@ -260,7 +259,7 @@ pub(super) async fn setup(
     });
     let (routes, upserts) = shards
         .map(|shard| Ok((shard.route, shard::upserts(&shard)?)))
-        .collect::<Result<(Vec<i32>, Vec<shard::ShardUpserts>), String>>()
+        .collect::<Result<(Vec<i32>, Vec<Texts>), String>>()
         .map_err(sqlx::Error::Protocol)?;
     let nodes: Vec<(i32, String, i32)> = sqlx::query_as(NODES).fetch_all(&mut *conn).await?;
     let nodes = nodes

@@ -1,5 +1,5 @@
-//! The single node's one-bucket upserts (`upsert.sql`, `hot_upsert.sql`)
-//! written for one shard: they name the shard's tables and route, so that a
+//! The single node's fixed-window upserts (`upsert.sql`, `hot_upsert.sql`,
+//! `policy_upsert.sql`) written for one shard: they name the shard's tables and route, so that a
 //! worker plans them once per connection and keeps the plans, where the
 //! route function plans its dynamic statements on every call. They are the
 //! segments of a worker's statement ([`super::joined`]).
@@ -14,7 +14,8 @@
 //! segment: the planner runs a condition on no column before the first row,
 //! so without one an empty segment would lock its shard too.
 
-use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT};
+use super::joined::Texts;
+use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT, POLICY_UPSERT};
 
 /// A route's shards, as the coordinator names them.
 #[derive(Debug, Clone)]
@@ -25,10 +26,9 @@ pub(in crate::storage::postgres) struct Shard {
     pub blocks_name: String,
 }
 
-/// What the one-bucket upserts say of the single node's tables, and what
-/// they say on `shard`'s: the shard's own tables, its route in every key,
-/// and the lock.
-fn rewrites(shard: &Shard) -> [(&'static str, String); 6] {
+/// What the upserts say of the single node's tables, and what they say on
+/// `shard`'s: the shard's own tables, its route in every key, and the lock.
+fn rewrites(shard: &Shard) -> [(&'static str, String); 5] {
     let Shard { route, buckets, buckets_name, blocks_name } = shard;
     [
         (
@@ -45,27 +45,45 @@ fn rewrites(shard: &Shard) -> [(&'static str, String); 6] {
             ),
         ),
         ("ON CONFLICT (key)", "ON CONFLICT (route, key)".to_owned()),
-        (
-            "FROM pglimit_buckets s WHERE u.key IS NULL AND s.key",
-            format!("FROM {buckets_name} s WHERE u.key IS NULL AND s.route = {route} AND s.key"),
-        ),
     ]
 }
 
-/// The one-bucket upserts written for one shard: `upsert.sql` (keys
-/// distinct) and `hot_upsert.sql` (a key's alike checks as one row).
-#[derive(Debug)]
-pub(in crate::storage::postgres) struct ShardUpserts {
-    pub one: String,
-    pub hot: String,
+/// The one-bucket upserts' read of a denied row, on `shard`.
+fn denied_read(shard: &Shard) -> Vec<(&'static str, String)> {
+    let Shard { route, buckets_name, .. } = shard;
+    vec![(
+        "FROM pglimit_buckets s WHERE u.key IS NULL AND s.key",
+        format!("FROM {buckets_name} s WHERE u.key IS NULL AND s.route = {route} AND s.key"),
+    )]
 }
 
-/// Both one-bucket upserts on `shard`; an error names a rewrite that no
-/// longer matches a statement exactly once.
-pub(super) fn upserts(shard: &Shard) -> Result<ShardUpserts, String> {
-    let on_shard = |(name, single): (&str, &str)| {
+/// The policy upsert's reads on `shard`; and a check of several buckets
+/// goes ahead only if they all fit in every segment of the worker's
+/// statement (`multi_all`, which [`super::joined`] writes), as its buckets
+/// may sit on several of the worker's shards.
+fn policy_reads(shard: &Shard) -> Vec<(&'static str, String)> {
+    let Shard { route, buckets_name, .. } = shard;
+    vec![
+        (
+            "FROM pglimit_buckets s WHERE s.key = r.key",
+            format!("FROM {buckets_name} s WHERE s.route = {route} AND s.key = r.key"),
+        ),
+        (
+            "LEFT JOIN pglimit_buckets s ON s.key = r.key",
+            format!("LEFT JOIN {buckets_name} s ON s.route = {route} AND s.key = r.key"),
+        ),
+        ("FROM multi GROUP BY chk", "FROM multi_all GROUP BY chk".to_owned()),
+    ]
+}
+
+/// The upserts written for one shard: `upsert.sql` (keys distinct),
+/// `hot_upsert.sql` (a key's alike checks as one row) and
+/// `policy_upsert.sql` (checks of several buckets); an error names a
+/// rewrite that no longer matches a statement exactly once.
+pub(super) fn upserts(shard: &Shard) -> Result<Texts, String> {
+    let on_shard = |name: &str, single: &str, own: Vec<(&str, String)>| {
         let mut sql = single.to_owned();
-        for (from, to) in rewrites(shard) {
+        for (from, to) in rewrites(shard).into_iter().chain(own) {
             if sql.matches(from).count() != 1 {
                 return Err(format!("{name} no longer has `{from}` once"));
             }
@@ -76,9 +94,10 @@ pub(super) fn upserts(shard: &Shard) -> Result<ShardUpserts, String> {
         }
         Ok(sql)
     };
-    Ok(ShardUpserts {
-        one: on_shard(("upsert.sql", ONE_BUCKET_UPSERT))?,
-        hot: on_shard(("hot_upsert.sql", HOT_UPSERT))?,
+    Ok(Texts {
+        one: on_shard("upsert.sql", ONE_BUCKET_UPSERT, denied_read(shard))?,
+        hot: on_shard("hot_upsert.sql", HOT_UPSERT, denied_read(shard))?,
+        policy: on_shard("policy_upsert.sql", POLICY_UPSERT, policy_reads(shard))?,
     })
 }
 
@@ -87,22 +106,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_one_bucket_upserts_are_written_for_a_shard_with_every_table_and_key_routed() {
+    fn every_upsert_is_written_for_a_shard_with_every_table_and_key_routed() {
         let shard = Shard {
             route: 7,
             buckets: 102_008,
             buckets_name: "pglimit_buckets_102008".into(),
             blocks_name: "pglimit_blocks_102013".into(),
         };
-        let both = upserts(&shard).expect("every rewrite matches");
-        for sql in [both.one, both.hot] {
+        let texts = upserts(&shard).expect("every rewrite matches");
+        for sql in [&texts.one, &texts.hot, &texts.policy] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
             assert!(sql.contains("SELECT 7, key,"), "{sql}");
             let lock =
                 "(SELECT pglimit_lock_shard(102008) FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL";
             assert!(sql.contains(lock), "{sql}");
             assert!(sql.contains("ON CONFLICT (route, key)"), "{sql}");
+            assert!(sql.contains("k.route = 7 AND k.key"), "blocks: {sql}");
+        }
+        for sql in [&texts.one, &texts.hot] {
             assert_eq!(sql.matches("route = 7 AND").count(), 2, "blocks and the denied row's read: {sql}");
         }
+        assert_eq!(texts.policy.matches("route = 7 AND").count(), 3, "blocks, the snapshot, the denied row");
+        assert!(texts.policy.contains("FROM multi_all GROUP BY chk"), "{}", texts.policy);
     }
 }

@@ -12,7 +12,7 @@ use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
 use crate::storage::postgres::upsert::{self, Road};
 use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
-use plan::{by_worker, statements_of, Shards, Statement};
+use plan::{by_worker, statements_of, Segment, Shards, Statement};
 
 #[path = "citus_plan.rs"]
 mod plan;
@@ -80,9 +80,9 @@ fn moved(e: &sqlx::Error) -> bool {
 
 /// Decides `batches` (each on a single worker, as last read), and returns
 /// one answer per batch, in order. On a connection straight to worker
-/// `direct`, its one-bucket fixed-window checks take its shards' joined
-/// upsert, or their shards' own ([`plan::FILLED_SHARE`]); the rest, one call of
-/// the route function per worker.
+/// `direct`, its fixed-window checks take its shards' joined upsert, or
+/// their shards' own ([`plan::FILLED_SHARE`]); the rest, one call of the
+/// route function per worker.
 pub(super) async fn decide(
     conn: &mut PgConnection,
     routes: &Routes,
@@ -96,6 +96,11 @@ pub(super) async fn decide(
             let members = statement.members();
             let decided = match run(conn, routes, batches, &statement, now).await {
                 Err(e) if moved(&e) => resend(conn, routes, batches, &members, now).await?,
+                // A policy check found a bucket filled since the snapshot: locks first, then reads.
+                Err(e) if upsert::must_retry_with_locks(&e) => {
+                    let answers = decide_on_worker(conn, routes, batches, &members, now, false).await?;
+                    members.into_iter().zip(answers).collect()
+                }
                 decided => members.into_iter().zip(decided?).collect(),
             };
             for (i, answer) in decided {
@@ -160,18 +165,37 @@ async fn run(
         Shards::All => &joined.all,
         Shards::One(s) => &joined.each[*s],
     };
-    let sql = if matches!(road, Road::HotKeys) { &texts.hot } else { &texts.one };
-    let groups: Vec<Vec<&CheckBatch>> =
-        segments.iter().map(|segment| segment.iter().map(|&i| batches[i]).collect()).collect();
-    let mut args = vec![Arg::Clock(now)];
-    let mut before = 0;
-    for group in &groups {
-        args.extend(upsert::columns(group));
+    let sql = match road {
+        Road::HotKeys => &texts.hot,
+        Road::Policy => &texts.policy,
+        Road::OneBucket | Road::Algorithms => &texts.one,
+    };
+    let members = statement.members();
+    let (mut args, mut before) = (vec![Arg::Clock(now)], 0);
+    for segment in segments {
+        let buckets: Vec<_> = segment.iter().map(|&(i, j)| (i, batches[i], &batches[i].buckets[j])).collect();
+        let own = upsert::bucket_args(*road, &buckets, None).into_iter();
+        args.extend(own.filter(|arg| !matches!(arg, Arg::Clock(_))));
         args.push(Arg::Int(i32::try_from(before).unwrap_or(i32::MAX)));
-        before += group.len();
+        before += segment.len();
     }
-    let all: Vec<&CheckBatch> = groups.concat();
-    statements::answers(&all, statements::fetch_rows(conn, sql, args, None).await?)
+    let mut rows = statements::fetch_rows(conn, sql, args, None).await?;
+    statements::renumber(&mut rows, &answer_order(batches, &members, segments))?;
+    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+    statements::answers(&group, rows)
+}
+
+/// Where each bucket of `segments`, in their order, goes among the answers
+/// to `members` (from 1): their checks' buckets in the checks' order.
+fn answer_order(batches: &[&CheckBatch], members: &[usize], segments: &[Segment]) -> Vec<i32> {
+    let mut start = std::collections::HashMap::with_capacity(members.len());
+    let mut next = 1;
+    for &i in members {
+        start.insert(i, next);
+        next += batches[i].buckets.len();
+    }
+    let place = |&(i, j): &(usize, usize)| i32::try_from(start.get(&i).map_or(0, |s| s + j)).unwrap_or(0);
+    segments.iter().flatten().map(place).collect()
 }
 
 async fn decide_on_worker(

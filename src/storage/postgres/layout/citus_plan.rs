@@ -1,5 +1,7 @@
 //! Which statements decide a worker's checks in Citus mode: its shards'
 //! upserts joined into one, each shard's own, or the route function.
+//! An upsert's segment (one a shard) holds the buckets of the checks on its
+//! shard: a check of several buckets may have them in several segments.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,15 +10,18 @@ use crate::storage::postgres::citus::{Routes, WorkerUpserts};
 use crate::storage::postgres::upsert::{self, Keys, Road};
 use crate::storage::CheckBatch;
 
-/// A statement that decides some of a worker's checks: one-bucket checks
-/// as the worker's shards' upserts joined into one (`Shards::All`, each
-/// segment's checks in the segments' order) or as one shard's
-/// (`upsert.sql`'s, or `hot_upsert.sql`'s when a key repeats), or checks
-/// through the route function.
+/// A statement that decides some of a worker's checks: fixed-window checks
+/// as the worker's shards' upserts joined into one (`Shards::All`) or as
+/// one shard's (`upsert.sql`'s, `hot_upsert.sql`'s when a key repeats,
+/// `policy_upsert.sql`'s when a check has several buckets), each segment
+/// the `(check, bucket)`s on its shard; or checks through the route function.
 pub(super) enum Statement {
-    Upsert(Arc<WorkerUpserts>, Shards, Vec<Vec<usize>>, Road),
+    Upsert(Arc<WorkerUpserts>, Shards, Vec<Segment>, Road),
     Node(Vec<usize>),
 }
+
+/// The buckets on one shard, each as (check, its bucket's index).
+pub(super) type Segment = Vec<(usize, usize)>;
 
 /// Which of a worker's statements an upsert takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +34,7 @@ impl Statement {
     /// The checks it decides, in the order it answers them.
     pub(super) fn members(&self) -> Vec<usize> {
         match self {
-            Statement::Upsert(_, _, segments, _) => segments.concat(),
+            Statement::Upsert(_, _, segments, _) => checks_of(segments.iter().flatten()),
             Statement::Node(members) => members.clone(),
         }
     }
@@ -44,10 +49,10 @@ impl Statement {
 pub(super) const FILLED_SHARE: usize = 3;
 
 /// The statements that decide `members` (on one worker). On that worker's
-/// own connection, when all of them are one-bucket fixed-window checks, a
-/// key's checks alike: its shards' joined upsert, or each shard's own.
-/// Otherwise one call of the route function, which costs about the same
-/// whatever it carries.
+/// own connection, when all of them are fixed-window checks that an upsert
+/// takes: its shards' joined upsert, or each shard's own when no check has
+/// buckets on two of them. Otherwise one call of the route function, which
+/// costs about the same whatever it carries.
 pub(super) fn statements_of(
     routes: &Routes,
     batches: &[&CheckBatch],
@@ -58,7 +63,9 @@ pub(super) fn statements_of(
         return vec![Statement::Node(members)];
     };
     let filled: Vec<usize> = (0..segments.len()).filter(|&s| !segments[s].is_empty()).collect();
-    if filled.len() > 1 && filled.len() * FILLED_SHARE >= segments.len() {
+    let in_each: usize = filled.iter().map(|&s| checks_of(segments[s].iter()).len()).sum();
+    let spans = in_each > checks_of(segments.iter().flatten()).len();
+    if filled.len() > 1 && (spans || filled.len() * FILLED_SHARE >= segments.len()) {
         return vec![Statement::Upsert(joined, Shards::All, segments, road)];
     }
     let alone =
@@ -66,26 +73,37 @@ pub(super) fn statements_of(
     filled.into_iter().map(alone).collect()
 }
 
-/// `members` placed in the segments of the worker's statement over its
-/// shards, with the upsert they take; `None` when they need the route function.
+/// The checks that have one of `buckets`, ascending.
+fn checks_of<'a>(buckets: impl Iterator<Item = &'a (usize, usize)>) -> Vec<usize> {
+    let mut checks: Vec<usize> = buckets.map(|&(i, _)| i).collect();
+    checks.sort_unstable();
+    checks.dedup();
+    checks
+}
+
+/// The buckets of `members` placed in the segments of the worker's
+/// statement over its shards, with the upsert they take; `None` when they
+/// need the route function.
 fn segments_of(
     routes: &Routes,
     batches: &[&CheckBatch],
     members: &[usize],
     direct: Option<i32>,
-) -> Option<(Arc<WorkerUpserts>, Vec<Vec<usize>>, Road)> {
+) -> Option<(Arc<WorkerUpserts>, Vec<Segment>, Road)> {
     let on_worker =
         |&i: &usize| batches[i].buckets.first().is_some_and(|b| direct == Some(routes.worker(&b.key)));
     let joined = direct.and_then(|worker| routes.joined(worker)).filter(|_| members.iter().all(on_worker))?;
-    // Only the one-bucket fixed-window upserts are written for the shards.
+    // Only the fixed-window upserts are written for the shards.
     let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-    let road =
-        upsert::road(&group, Keys::of(&group)).filter(|r| matches!(r, Road::OneBucket | Road::HotKeys))?;
+    let fixed = |r: &Road| !matches!(r, Road::Algorithms);
+    let road = upsert::road(&group, Keys::of(&group)).filter(fixed)?;
     let mut segments = vec![Vec::new(); joined.routes.len()];
     for &i in members {
-        let route = routes.of(&batches[i].buckets[0].key);
-        // None: a shard that came to the worker since its statement was written.
-        segments[joined.routes.iter().position(|&r| r == route)?].push(i);
+        for (j, bucket) in batches[i].buckets.iter().enumerate() {
+            let route = routes.of(&bucket.key);
+            // None: a shard that came to the worker since its statement was written.
+            segments[joined.routes.iter().position(|&r| r == route)?].push((i, j));
+        }
     }
     Some((joined, segments, road))
 }

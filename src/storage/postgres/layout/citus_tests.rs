@@ -37,10 +37,18 @@ fn decided_on(
     direct: Option<i32>,
 ) -> Vec<(&'static str, Vec<Vec<usize>>)> {
     let batches: Vec<&CheckBatch> = batches.iter().collect();
+    // Each segment's checks (one bucket each, but in the policy tests below).
+    let checks =
+        |segments: Vec<Segment>| segments.into_iter().map(|s| s.into_iter().map(|(i, _)| i).collect());
     let named = |statement| match statement {
-        Statement::Upsert(_, Shards::All, segments, Road::HotKeys) => ("hot upsert", segments),
-        Statement::Upsert(_, Shards::All, segments, _) => ("upsert", segments),
-        Statement::Upsert(_, Shards::One(_), segments, _) => ("a shard's upsert", segments),
+        Statement::Upsert(_, Shards::All, segments, Road::HotKeys) => {
+            ("hot upsert", checks(segments).collect())
+        }
+        Statement::Upsert(_, Shards::All, segments, Road::Policy) => {
+            ("policy upsert", checks(segments).collect())
+        }
+        Statement::Upsert(_, Shards::All, segments, _) => ("upsert", checks(segments).collect()),
+        Statement::Upsert(_, Shards::One(_), segments, _) => ("a shard's upsert", checks(segments).collect()),
         Statement::Node(members) => ("node", vec![members]),
     };
     statements_of(routes, &batches, (0..batches.len()).collect(), direct).into_iter().map(named).collect()
@@ -54,13 +62,32 @@ fn one_bucket_checks_on_the_connected_worker_take_one_statement_a_segment_per_ro
 }
 
 #[test]
-fn a_batch_with_any_other_check_goes_whole_to_the_route_function() {
+fn a_batch_with_a_check_of_another_algorithm_goes_whole_to_the_route_function() {
+    let sliding = check(vec![bucket(3, Algorithm::SlidingWindow)]);
+    let batches = [fixed(0), sliding, fixed(5)];
+    assert_eq!(decided_by(&batches, Some(1)), vec![("node", vec![vec![0, 1, 2]])]);
+}
+
+#[test]
+fn a_check_of_buckets_on_two_of_the_workers_shards_has_a_segment_on_each() {
+    let policy = check(vec![bucket(6, Algorithm::FixedWindow), bucket(8, Algorithm::FixedWindow)]);
+    let batches = [fixed(0), policy, fixed(5)];
+    assert_eq!(decided_by(&batches, Some(1)), vec![("policy upsert", vec![vec![0, 1], vec![1, 2]])]);
     let token = check(vec![bucket(3, Algorithm::TokenBucket)]);
-    let policy = check(vec![bucket(0, Algorithm::FixedWindow), bucket(2, Algorithm::FixedWindow)]);
-    for other in [token, policy] {
-        let batches = [fixed(0), other, fixed(5)];
-        assert_eq!(decided_by(&batches, Some(1)), vec![("node", vec![vec![0, 1, 2]])]);
-    }
+    let expected = vec![("policy upsert", vec![vec![0, 1], vec![2]])];
+    assert_eq!(decided_by(&[fixed(0), token, fixed(5)], Some(1)), expected, "a token bucket too");
+}
+
+#[test]
+fn a_check_across_two_shards_of_many_takes_the_statement_over_all_of_them() {
+    let nine = Routes::for_tests((1..=9).collect(), vec![1; 9]);
+    let policy = check(vec![bucket(0, Algorithm::FixedWindow), bucket(4, Algorithm::FixedWindow)]);
+    let batches: Vec<&CheckBatch> = vec![&policy];
+    let statements = statements_of(&nine, &batches, vec![0], Some(1));
+    let [Statement::Upsert(_, Shards::All, segments, Road::Policy)] = &statements[..] else {
+        panic!("one statement over the nine shards: 2 of 9 alone would decide each bucket apart");
+    };
+    assert_eq!((segments[0].clone(), segments[4].clone()), (vec![(0, 0)], vec![(0, 1)]));
 }
 
 #[test]
