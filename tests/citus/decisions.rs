@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::cluster;
 use crate::common::calendar_replay::{replay_calendar, CalendarShape};
-use crate::common::replay::{replay, Path, SHAPES};
+use crate::common::replay::{replay, replay_on, Path, Shape, SHAPES};
 use crate::common::{self, check, instance, unique};
 
 /// A bucket whose key is `[n, n, random...]`: the same first two bytes, so
@@ -43,6 +43,31 @@ async fn the_route_function_decides_exactly_as_the_model_on_random_traces() {
     let rows = crate::direct(&url).await;
     for (n, shape) in SHAPES.into_iter().enumerate() {
         replay(Path::Store(&pg), &rows, shape, 17 + n as u64).await;
+    }
+}
+
+/// A check's buckets on two shards of one worker, in two segments of the
+/// worker's statement (the shards' policy upsert), decide as the model
+/// does: two fixed windows, and pairs of other algorithms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn buckets_on_two_shards_of_one_worker_decide_exactly_as_the_model_on_random_traces() {
+    let url = cluster().0;
+    let pg = common::pg_store(&url).await;
+    let rows = crate::direct(&url).await;
+    let mut seen: Vec<(u8, (i32, i32))> = Vec::new();
+    let mut pair = None;
+    for n in 0..=255u8 {
+        let (worker, route) = worker_of(&rows, n).await;
+        pair = seen.iter().find(|(_, (w, r))| *w == worker && *r != route).map(|&(m, _)| [m, n]);
+        if pair.is_some() {
+            break;
+        }
+        seen.push((n, (worker, route)));
+    }
+    let firsts = pair.expect("a worker with two shards");
+    for (n, shape) in [Shape::FixedPolicy, Shape::Mixed].into_iter().enumerate() {
+        replay_on(Path::Store(&pg), &rows, shape, 41 + n as u64, Some(firsts)).await;
     }
 }
 
@@ -95,10 +120,11 @@ async fn blocks_lockouts_and_resets_hold_across_instances() {
     assert_eq!(check(&fresh().await, otp).await.status, StatusCode::OK, "unblocked");
 }
 
-/// The worker (Citus group) holding the shard of keys that begin `[n, n]`.
-async fn worker_of(pool: &sqlx::PgPool, n: u8) -> i32 {
-    let (group,): (i32,) = sqlx::query_as(
-        "SELECT p.groupid FROM pglimit_routes r JOIN pg_dist_placement p
+/// The worker (Citus group) holding the shard of keys that begin `[n, n]`,
+/// and their route.
+async fn worker_of(pool: &sqlx::PgPool, n: u8) -> (i32, i32) {
+    let placed: (i32, i32) = sqlx::query_as(
+        "SELECT p.groupid, r.route FROM pglimit_routes r JOIN pg_dist_placement p
              ON p.shardid = get_shard_id_for_distribution_column('pglimit_buckets', r.route)
          WHERE r.slot = $1 % (SELECT count(*) FROM pglimit_routes)",
     )
@@ -106,7 +132,7 @@ async fn worker_of(pool: &sqlx::PgPool, n: u8) -> i32 {
     .fetch_one(pool)
     .await
     .expect("placement");
-    group
+    placed
 }
 
 /// Every algorithm gives back exactly what it took: a check across workers
@@ -119,7 +145,7 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
     let pool = crate::direct(&url).await;
     let (mut one, mut other) = (None, None);
     for n in 0..=255u8 {
-        match (worker_of(&pool, n).await, one) {
+        match (worker_of(&pool, n).await.0, one) {
             (w, None) => one = Some((n, w)),
             (w, Some((_, first))) if w != first => other = Some(n),
             _ => {}

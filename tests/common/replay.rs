@@ -16,7 +16,7 @@ use sqlx::PgPool;
 #[derive(Clone, Copy)]
 pub enum Path<'a> {
     /// Through a store, whose lane picks the statement by the batch's shape
-    /// (in Citus mode, always the workers' function).
+    /// (in Citus mode, the workers' upserts or their function).
     Store(&'a PgStore),
     /// A batch function called by name: `pglimit_check_batch` or
     /// `pglimit_check_distinct` (the pool must find this build's functions).
@@ -68,10 +68,17 @@ struct Got {
 /// would forget what limits). `rows` reads the rows (any pool on the
 /// database).
 pub async fn replay(path: Path<'_>, rows: &PgPool, shape: Shape, seed: u64) {
+    replay_on(path, rows, shape, seed, None).await;
+}
+
+/// [`replay`] with each check's buckets on the keys' first two bytes
+/// `firsts` gives, in turn (`[n, n]`; Citus places a key by them), instead
+/// of one random pair for all.
+pub async fn replay_on(path: Path<'_>, rows: &PgPool, shape: Shape, seed: u64, firsts: Option<[u8; 2]>) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut now: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().expect("time");
     for round in 0..12 {
-        let specs = buckets(&mut rng, shape, round);
+        let specs = buckets(&mut rng, shape, round, firsts);
         let mut model: Vec<Option<State>> = vec![None; specs.len()];
         // Every other round, steps in whole tenths of a second, so that a
         // step lands on a window's edge now and then.
@@ -140,7 +147,7 @@ pub async fn check_step(
 
 /// The buckets of a round's trace: keys `[r, r, i, random...]`, the same
 /// route `r` for every bucket (one worker, in Citus mode).
-fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
+fn buckets(rng: &mut StdRng, shape: Shape, round: usize, firsts: Option<[u8; 2]>) -> Vec<BucketSpec> {
     let others = [Algorithm::SlidingWindow, Algorithm::SlidingLog, Algorithm::TokenBucket];
     let algorithms = match shape {
         Shape::OneFixed => vec![Algorithm::FixedWindow],
@@ -157,7 +164,7 @@ fn buckets(rng: &mut StdRng, shape: Shape, round: usize) -> Vec<BucketSpec> {
         .into_iter()
         .enumerate()
         .map(|(i, algorithm)| {
-            let mut key = [route; 32];
+            let mut key = [firsts.map_or(route, |f| f[i % 2]); 32];
             key[2] = i as u8;
             rng.fill(&mut key[3..]);
             BucketSpec {
