@@ -16,7 +16,7 @@ use chrono::SecondsFormat;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::check::{body_bytes, deserialize, unique_keys};
+use super::body::{body_bytes, deserialize, unique_keys};
 use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::admin::verify;
-use super::check::{body_bytes, deserialize};
+use super::body::{body_bytes, deserialize};
 use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Authorization;
-use super::check::{body_bytes, deserialize};
+use super::body::{body_bytes, deserialize};
 use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;

@@ -3,6 +3,7 @@
 mod admin;
 mod admin_overrides;
 mod auth;
+mod body;
 mod check;
 mod envoy;
 mod forward_auth;
@@ -25,7 +26,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 pub use auth::Auth;
-pub use check::parse as parse_check_body;
+pub use body::parse as parse_check_body;
 pub use grpc::serve_grpc;
 pub use headers::rate_limit_headers;
 pub use layers::wrap as wrap_in_layers;
