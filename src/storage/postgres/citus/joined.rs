@@ -5,10 +5,12 @@
 //! each its own (docs/scaling.md, "Design").
 //!
 //! Segment `i` has its own names (`req_i`, `up_i`, ...) and arguments: `$1`
-//! is the clock of every segment; the shard's keys, limits, windows and
-//! costs are `$5i+2` to `$5i+5`, and `$5i+6` is the number of checks before
-//! its own, added to its positions. A shard with no checks is given empty
-//! arrays: its segment writes nothing and takes no lock.
+//! is the clock of every segment, then come each segment's own (keys,
+//! limits, ...: [`Numbering`]), the last of them the number of buckets
+//! before its own, added to its positions. A shard with no checks is given
+//! empty arrays: its segment writes nothing and takes no lock. A check's
+//! buckets on several shards sit in several segments; `policy_upsert.sql`'s
+//! segments decide together whether each such check fits (`multi_all`).
 //!
 //! Rows are locked shard by shard in the segments' order (the workers'
 //! routes ascending), as `pglimit_check_node` does: segment `i` takes its
