@@ -81,7 +81,7 @@ pub(super) async fn fetch_rows(
 /// Each bucket of `batches` in order, with its batch and the batch's index.
 pub(super) fn buckets_of<'a>(
     batches: &'a [&'a CheckBatch],
-) -> impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + 'a {
+) -> impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + Clone + 'a {
     batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, *batch, b)))
 }
 

@@ -159,27 +159,28 @@ pub(super) fn args<'a>(
     batches: &'a [&'a CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
-    bucket_args(road, &buckets_of(batches).collect::<Vec<_>>(), now)
+    bucket_args(road, buckets_of(batches), now)
 }
 
 /// [`args`] for some of a batch's buckets, each `(i, batch, bucket)` a
 /// bucket of check `i`: Citus mode splits a batch by shard.
 pub(super) fn bucket_args<'a>(
     road: Road,
-    buckets: &[(usize, &'a CheckBatch, &'a BucketSpec)],
+    buckets: impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + Clone,
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
-    let keys = Arg::Bytes(buckets.iter().map(|(_, _, b)| b.key.as_slice()).collect());
-    let limits = Arg::Bigints(buckets.iter().map(|(_, _, b)| to_i64(b.limit)).collect());
-    let windows = Arg::Bigints(buckets.iter().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
-    let costs = Arg::Bigints(buckets.iter().map(|(_, batch, _)| to_i64(batch.cost)).collect());
-    let algorithms = || Arg::Smallints(buckets.iter().map(|(_, _, b)| b.algorithm.code()).collect());
+    let buckets = || buckets.clone();
+    let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
+    let limits = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect());
+    let windows = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
+    let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
+    let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
     match road {
         Road::OneBucket | Road::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
         Road::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
         Road::Policy => {
-            let positions = Arg::Ints(buckets.iter().map(|&(i, _, _)| i as i32).collect());
-            let sizes = Arg::Ints(buckets.iter().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
+            let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());
+            let sizes = Arg::Ints(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
             vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes]
         }
     }

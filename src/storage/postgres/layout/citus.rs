@@ -94,7 +94,7 @@ pub(super) async fn decide(
     for members in by_worker(routes, batches, 0..batches.len()) {
         for statement in statements_of(routes, batches, members, direct) {
             let members = statement.members();
-            let decided = match run(conn, routes, batches, &statement, now).await {
+            let decided = match run(conn, routes, batches, &statement, &members, now).await {
                 Err(e) if moved(&e) => resend(conn, routes, batches, &members, now).await?,
                 // A policy check found a bucket filled since the snapshot: locks first, then reads.
                 Err(e) if upsert::must_retry_with_locks(&e) => {
@@ -156,10 +156,11 @@ async fn run(
     routes: &Routes,
     batches: &[&CheckBatch],
     statement: &Statement,
+    members: &[usize],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let Statement::Upsert(joined, shards, segments, road) = statement else {
-        return decide_on_worker(conn, routes, batches, &statement.members(), now, false).await;
+        return decide_on_worker(conn, routes, batches, members, now, false).await;
     };
     let texts = match shards {
         Shards::All => &joined.all,
@@ -170,17 +171,16 @@ async fn run(
         Road::Policy => &texts.policy,
         Road::OneBucket | Road::Algorithms => &texts.one,
     };
-    let members = statement.members();
     let (mut args, mut before) = (vec![Arg::Clock(now)], 0);
     for segment in segments {
-        let buckets: Vec<_> = segment.iter().map(|&(i, j)| (i, batches[i], &batches[i].buckets[j])).collect();
-        let own = upsert::bucket_args(*road, &buckets, None).into_iter();
+        let buckets = segment.iter().map(|&(i, j)| (i, batches[i], &batches[i].buckets[j]));
+        let own = upsert::bucket_args(*road, buckets, None).into_iter();
         args.extend(own.filter(|arg| !matches!(arg, Arg::Clock(_))));
         args.push(Arg::Int(i32::try_from(before).unwrap_or(i32::MAX)));
         before += segment.len();
     }
     let mut rows = statements::fetch_rows(conn, sql, args, None).await?;
-    statements::renumber(&mut rows, &answer_order(batches, &members, segments))?;
+    statements::renumber(&mut rows, &answer_order(batches, members, segments))?;
     let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
     statements::answers(&group, rows)
 }

@@ -63,8 +63,8 @@ pub(super) fn statements_of(
         return vec![Statement::Node(members)];
     };
     let filled: Vec<usize> = (0..segments.len()).filter(|&s| !segments[s].is_empty()).collect();
-    let in_each: usize = filled.iter().map(|&s| checks_of(segments[s].iter()).len()).sum();
-    let spans = in_each > checks_of(segments.iter().flatten()).len();
+    // Every member has a bucket in some segment: more checks by segment than members is a check in two.
+    let spans = filled.iter().map(|&s| checks_of(segments[s].iter()).len()).sum::<usize>() > members.len();
     if filled.len() > 1 && (spans || filled.len() * FILLED_SHARE >= segments.len()) {
         return vec![Statement::Upsert(joined, Shards::All, segments, road)];
     }
