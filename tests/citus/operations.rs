@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use chrono::DateTime;
 use chrono::Utc;
 use pglimit::algorithm::Algorithm;
-use pglimit::storage::{CheckBatch, MemoryFallback};
+use pglimit::storage::{CheckBatch, CitusChecks, MemoryFallback, PgStore, PgStoreOptions, Reach};
 use serde_json::json;
 
 use crate::common::{self, check, instance, unique};
@@ -17,9 +17,20 @@ use crate::{admitted, cluster, fire, three_instances};
 
 #[tokio::test]
 #[ignore = "needs a Citus cluster: scripts/test --citus"]
-async fn the_cleanup_deletes_expired_rows_on_every_shard() {
+async fn the_cleanup_deletes_expired_rows_on_every_shard_straight_on_the_workers() {
+    the_cleanup_deletes_expired_rows_on_every_shard(CitusChecks::Workers).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn the_cleanup_deletes_expired_rows_on_every_shard_through_the_coordinator() {
+    the_cleanup_deletes_expired_rows_on_every_shard(CitusChecks::Coordinator).await;
+}
+
+async fn the_cleanup_deletes_expired_rows_on_every_shard(checks: CitusChecks) {
     let url = cluster().0;
-    let pg = common::pg_store(&url).await;
+    let options = PgStoreOptions { citus_checks: checks, ..common::store_options(Reach::default()) };
+    let pg = PgStore::connect(&url, options).await.expect("postgres store");
     let long_ago: DateTime<Utc> = "2020-01-01T00:00:00Z".parse().expect("time");
     let mut keys = Vec::new();
     for n in 0..=255u8 {

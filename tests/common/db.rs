@@ -56,7 +56,12 @@ pub async fn pg_store(url: &str) -> pglimit::storage::PgStore {
 
 /// As [`pg_store`], through a pooler or into a schema.
 pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pglimit::storage::PgStore {
-    let options = pglimit::storage::PgStoreOptions {
+    pglimit::storage::PgStore::connect(url, store_options(reach)).await.expect("postgres store")
+}
+
+/// What [`pg_store_through`] connects with.
+pub fn store_options(reach: pglimit::storage::Reach) -> pglimit::storage::PgStoreOptions {
+    pglimit::storage::PgStoreOptions {
         connections: 2,
         pipeline: 2,
         longest_wait: std::time::Duration::from_secs(5),
@@ -67,8 +72,7 @@ pub async fn pg_store_through(url: &str, reach: pglimit::storage::Reach) -> pgli
         citus: pglimit::storage::Citus::Auto,
         citus_checks: pglimit::storage::CitusChecks::Workers,
         reach,
-    };
-    pglimit::storage::PgStore::connect(url, options).await.expect("postgres store")
+    }
 }
 
 /// Makes the upsert's retry with locks an error in the database of `url`.

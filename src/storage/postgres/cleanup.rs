@@ -1,13 +1,34 @@
 //! Deleting expired rows without a cron: a sample of checks starts a
 //! bounded background delete, at most one at a time per instance. The
-//! deletes themselves are the layout's ([`super::layout`]).
+//! deletes are below; the layout runs them ([`super::layout`]), and in
+//! Citus mode with checks straight to the workers, each shard's own
+//! ([`super::citus`]) goes to its worker on a connection kept for it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use super::citus::Node;
 use super::kept::Kept;
 use super::session::Session;
 use crate::telemetry;
+
+/// A row past `expires_at` is equivalent to no row for every algorithm,
+/// so deleting it changes no answer. Rows locked by a check in progress are
+/// skipped, never waited for.
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
+    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Leases past their end, likewise: an ended lease holds no slot.
+pub(super) const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
+    SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Blocks past their end, likewise: an ended block is no block.
+pub(super) const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
+    SELECT key FROM pglimit_blocks WHERE until <= now()
+    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.
@@ -17,18 +38,24 @@ pub(super) struct Cleanup {
     running: AtomicBool,
     /// How many runs there have been, which in Citus mode picks the route.
     runs: AtomicUsize,
-    /// Kept open between runs.
+    /// Kept open between runs, to the URL's server.
     conn: Kept,
+    /// In Citus mode with checks straight to the workers, a connection
+    /// kept to each worker a cleanup went to; `None` otherwise.
+    workers: Option<Mutex<HashMap<Node, Arc<Kept>>>>,
 }
 
 impl Cleanup {
-    pub fn new(rate: f64, batch: i64) -> Self {
+    /// `on_workers`: in Citus mode, a cleanup goes straight to the worker
+    /// of its shard, as the checks do.
+    pub fn new(rate: f64, batch: i64, on_workers: bool) -> Self {
         Self {
             rate,
             batch,
             running: AtomicBool::new(false),
             runs: AtomicUsize::new(0),
             conn: Kept::new("cleaning up"),
+            workers: on_workers.then(Mutex::default),
         }
     }
 
@@ -58,11 +85,32 @@ impl Cleanup {
         // Each statement is bounded by the server's `statement_timeout`
         // (below the hard limit): only a server gone silent meets this one.
         let limit = session.hard_limit() * 3;
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some((worker, sql)) = self.on_worker(session, run) {
+            let delete = worker.within(session, limit, move |conn, _| {
+                Box::pin(async move {
+                    let (deleted,): (i64,) = sqlx::query_as(&sql).bind(batch).fetch_one(conn).await?;
+                    Ok(deleted.max(0) as u64)
+                })
+            });
+            return delete.await;
+        }
         self.conn
             .within(session, limit, move |conn, session| {
-                let run = self.runs.fetch_add(1, Ordering::Relaxed);
                 Box::pin(session.layout().cleanup(session, conn, batch, run))
             })
             .await
+    }
+
+    /// The connection kept to the worker of the `run`-th cleanup, and the
+    /// statement for its shard there; `None` when it goes through the
+    /// URL's server (a single node, checks through the coordinator, or a
+    /// shard on a worker that joined since start-up).
+    fn on_worker(&self, session: &Session, run: usize) -> Option<(Arc<Kept>, String)> {
+        let workers = self.workers.as_ref()?;
+        let (node, sql) = session.layout().cleanup_on_worker(run)?;
+        let mut workers = workers.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = workers.entry(node.clone()).or_insert_with(|| Arc::new(Kept::on("cleaning up", node)));
+        Some((Arc::clone(kept), sql))
     }
 }

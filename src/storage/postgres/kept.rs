@@ -13,6 +13,7 @@ use std::time::Duration;
 use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
 
+use super::citus::Node;
 use super::session::{timed_out, Session};
 
 /// The work of one use, borrowing the connection (and the session, which
@@ -28,17 +29,24 @@ pub(super) struct Kept {
     slot: Mutex<Slot>,
     /// What the connection is for, as in "postgres timed out {what}".
     what: &'static str,
+    /// The Citus worker it is opened on; `None`: the URL's server.
+    node: Option<Node>,
 }
 
 impl Kept {
     /// Nothing open yet: the first use connects.
     pub fn new(what: &'static str) -> Self {
-        Self { slot: Mutex::new(None), what }
+        Self { slot: Mutex::new(None), what, node: None }
+    }
+
+    /// As [`Kept::new`], on a Citus worker.
+    pub fn on(what: &'static str, node: Node) -> Self {
+        Self { slot: Mutex::new(None), what, node: Some(node) }
     }
 
     /// Keeps `conn`, a connection known to work, opened in the session's current generation.
     pub fn opened(what: &'static str, session: &Session, conn: PgConnection) -> Self {
-        Self { slot: Mutex::new(Some((conn, session.generation()))), what }
+        Self { slot: Mutex::new(Some((conn, session.generation()))), what, node: None }
     }
 
     /// Replaces the kept connection with `conn`, one known to work.
@@ -60,7 +68,7 @@ impl Kept {
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Session) -> Work<'c, T> + Send,
     {
-        let run = async { Self::run(&mut *self.slot.lock().await, session, work).await };
+        let run = async { self.run(&mut *self.slot.lock().await, session, work).await };
         tokio::time::timeout(limit, run).await.unwrap_or_else(|_| Err(timed_out(self.what)))
     }
 
@@ -79,8 +87,8 @@ impl Kept {
         let run = async {
             let mut slot = self.slot.lock().await;
             let kept = slot.as_ref().is_some_and(|(_, g)| *g == session.generation());
-            match Self::run(&mut slot, session, &work).await {
-                Err(_) if kept => Self::run(&mut slot, session, &work).await,
+            match self.run(&mut slot, session, &work).await {
+                Err(_) if kept => self.run(&mut slot, session, &work).await,
                 done => done,
             }
         };
@@ -89,14 +97,14 @@ impl Kept {
 
     /// One use: the kept connection if it is current, else a new one; kept
     /// again only if `work` succeeds.
-    async fn run<T, F>(slot: &mut Slot, session: &Session, work: F) -> Result<T, sqlx::Error>
+    async fn run<T, F>(&self, slot: &mut Slot, session: &Session, work: F) -> Result<T, sqlx::Error>
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Session) -> Work<'c, T>,
     {
         let generation = session.generation();
         let mut conn = match slot.take() {
             Some((conn, g)) if g == generation => conn,
-            _ => session.open().await?,
+            _ => session.open_on(self.node.as_ref()).await?,
         };
         let done = work(&mut conn, session).await?;
         *slot = Some((conn, generation));

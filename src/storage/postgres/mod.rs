@@ -119,7 +119,8 @@ impl PgStore {
         session.prepare(options.unlogged, options.citus).await?;
         let targets = session.layout().lanes(options.connections.max(1) as usize, options.citus_checks);
         let (lanes, health_conn) = LaneHandle::start_all(&session, targets, options.pipeline).await?;
-        let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch));
+        let on_workers = options.citus_checks == CitusChecks::Workers;
+        let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch, on_workers));
         let health = Arc::new(Health::new(&session, health_conn));
         let heard = Arc::new(Heard::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));

@@ -62,7 +62,7 @@ pub enum CitusChecks {
 
 /// A node holding pglimit's shards, as the coordinator's `pg_dist_node`
 /// names it: its Citus group, and where it listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Node {
     pub group: i32,
     pub host: String,
@@ -127,6 +127,8 @@ pub(super) struct Routes {
     nodes: Vec<Node>,
     /// Each slot's upserts, written for its route's shard.
     upserts: Vec<Texts>,
+    /// Each slot's cleanup, written for its route's shard.
+    cleanups: Vec<String>,
     /// Each worker's shards' upserts joined into one statement, as last read.
     joined: ArcSwap<HashMap<i32, Arc<WorkerUpserts>>>,
 }
@@ -157,6 +159,17 @@ impl Routes {
     /// The nodes that held a shard at start-up, in group order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The `run`-th cleanup's route (each in turn), and, if a node known
+    /// at start-up held its shard when last read, that node and the
+    /// shard's own cleanup statement.
+    pub fn cleanup(&self, run: usize) -> (i32, Option<(Node, &str)>) {
+        let slot = run % self.routes.len();
+        let group = self.workers.load().get(slot).copied();
+        let node = self.nodes.iter().find(|n| Some(n.group) == group);
+        let direct = node.zip(self.cleanups.get(slot)).map(|(n, sql)| (n.clone(), sql.as_str()));
+        (self.routes[slot], direct)
     }
 
     /// Reads again which worker holds each route.
@@ -204,6 +217,7 @@ impl Routes {
             workers,
             nodes: Vec::new(),
             upserts: Vec::new(),
+            cleanups: Vec::new(),
             joined: ArcSwap::new(Arc::new(joined)),
         }
     }
@@ -257,17 +271,17 @@ pub(super) async fn setup(
         buckets_name,
         blocks_name,
     });
-    let (routes, upserts) = shards
-        .map(|shard| Ok((shard.route, shard::upserts(&shard)?)))
-        .collect::<Result<(Vec<i32>, Vec<Texts>), String>>()
-        .map_err(sqlx::Error::Protocol)?;
+    let written = shards
+        .map(|shard| Ok((shard.route, (shard::upserts(&shard)?, shard::cleanup(&shard)?))))
+        .collect::<Result<(Vec<i32>, (Vec<Texts>, Vec<String>)), String>>();
+    let (routes, (upserts, cleanups)) = written.map_err(sqlx::Error::Protocol)?;
     let nodes: Vec<(i32, String, i32)> = sqlx::query_as(NODES).fetch_all(&mut *conn).await?;
     let nodes = nodes
         .into_iter()
         .map(|(group, host, port)| Node { group, host, port: u16::try_from(port).unwrap_or(5432) })
         .collect();
     let (workers, joined) = (ArcSwap::default(), ArcSwap::default());
-    let routes = Routes { routes, workers, nodes, upserts, joined };
+    let routes = Routes { routes, workers, nodes, upserts, cleanups, joined };
     routes.refresh(conn).await?;
     tracing::info!(
         routes = routes.routes.len(),

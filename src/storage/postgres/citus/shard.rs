@@ -15,6 +15,7 @@
 //! so without one an empty segment would lock its shard too.
 
 use super::joined::Texts;
+use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_EXPIRED};
 use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT, POLICY_UPSERT};
 
 /// A route's shards, as the coordinator names them.
@@ -82,23 +83,63 @@ fn policy_reads(shard: &Shard) -> Vec<(&'static str, String)> {
 /// rewrite that no longer matches a statement exactly once.
 pub(super) fn upserts(shard: &Shard) -> Result<Texts, String> {
     let on_shard = |name: &str, single: &str, own: Vec<(&str, String)>| {
-        let mut sql = single.to_owned();
-        for (from, to) in rewrites(shard).into_iter().chain(own) {
-            if sql.matches(from).count() != 1 {
-                return Err(format!("{name} no longer has `{from}` once"));
-            }
-            sql = sql.replace(from, &to);
-        }
-        if sql.contains("pglimit_buckets ") || sql.contains("pglimit_blocks ") {
-            return Err(format!("{name} names a table the rewrites leave unchanged"));
-        }
-        Ok(sql)
+        rewritten(name, single, rewrites(shard).into_iter().chain(own))
     };
     Ok(Texts {
         one: on_shard("upsert.sql", ONE_BUCKET_UPSERT, denied_read(shard))?,
         hot: on_shard("hot_upsert.sql", HOT_UPSERT, denied_read(shard))?,
         policy: on_shard("policy_upsert.sql", POLICY_UPSERT, policy_reads(shard))?,
     })
+}
+
+/// The single node's deletes of expired rows and ended blocks
+/// (`cleanup.rs`) on `shard`, as one statement that returns how many rows it
+/// deleted. A worker keeps its plan, where the route function plans its
+/// deletes on every call. A shard holds one route's rows, so they are found
+/// by their end alone and deleted by their primary key, `(route, key)`: with
+/// the route in the condition, the planner scanned all of a shard's rows
+/// when its statistics were stale (0.24 against 0.06 ms with none to
+/// delete). It takes no shard lock: a delete on a shard that has just moved
+/// away deletes rows that no check reads.
+pub(super) fn cleanup(shard: &Shard) -> Result<String, String> {
+    let Shard { buckets_name, blocks_name, .. } = shard;
+    let routed = |table: &str, name: &str| {
+        [
+            (
+                format!("DELETE FROM {table} WHERE key IN ("),
+                format!("DELETE FROM {name} WHERE (route, key) IN ("),
+            ),
+            (format!("SELECT key FROM {table} WHERE"), format!("SELECT route, key FROM {name} WHERE")),
+        ]
+    };
+    let buckets = rewritten("DELETE_EXPIRED", DELETE_EXPIRED, routed("pglimit_buckets", buckets_name))?;
+    let blocks =
+        rewritten("DELETE_ENDED_BLOCKS", DELETE_ENDED_BLOCKS, routed("pglimit_blocks", blocks_name))?;
+    Ok(format!(
+        "WITH b AS ({buckets} RETURNING 1), k AS ({blocks} RETURNING 1)\n\
+         SELECT (SELECT count(*) FROM b) + (SELECT count(*) FROM k)"
+    ))
+}
+
+/// `single` with each `(from, to)` of `rewrites` made; an error names a
+/// rewrite that no longer matches exactly once, or a table left unrouted.
+fn rewritten<F: AsRef<str>>(
+    name: &str,
+    single: &str,
+    rewrites: impl IntoIterator<Item = (F, String)>,
+) -> Result<String, String> {
+    let mut sql = single.to_owned();
+    for (from, to) in rewrites {
+        let from = from.as_ref();
+        if sql.matches(from).count() != 1 {
+            return Err(format!("{name} no longer has `{from}` once"));
+        }
+        sql = sql.replace(from, &to);
+    }
+    if sql.contains("pglimit_buckets ") || sql.contains("pglimit_blocks ") {
+        return Err(format!("{name} names a table the rewrites leave unchanged"));
+    }
+    Ok(sql)
 }
 
 #[cfg(test)]
@@ -128,5 +169,22 @@ mod tests {
         }
         assert_eq!(texts.policy.matches("route = 7 AND").count(), 3, "blocks, the snapshot, the denied row");
         assert!(texts.policy.contains("FROM multi_all GROUP BY chk"), "{}", texts.policy);
+    }
+
+    #[test]
+    fn the_cleanup_is_written_for_a_shard_with_both_deletes_by_primary_key() {
+        let shard = Shard {
+            route: 7,
+            buckets: 102_008,
+            buckets_name: "pglimit_buckets_102008".into(),
+            blocks_name: "pglimit_blocks_102013".into(),
+        };
+        let sql = cleanup(&shard).expect("every rewrite matches");
+        for table in ["pglimit_buckets_102008", "pglimit_blocks_102013"] {
+            assert!(sql.contains(&format!("DELETE FROM {table} WHERE (route, key) IN (")), "{sql}");
+            assert!(sql.contains(&format!("SELECT route, key FROM {table} WHERE ")), "{sql}");
+        }
+        assert!(sql.contains("expires_at <= now()") && sql.contains("until <= now()"), "{sql}");
+        assert!(sql.ends_with("SELECT (SELECT count(*) FROM b) + (SELECT count(*) FROM k)"), "{sql}");
     }
 }

@@ -249,7 +249,7 @@ pub(super) async fn cleanup(
     batch: i64,
     run: usize,
 ) -> Result<u64, sqlx::Error> {
-    let route = routes.all()[run % routes.all().len()];
+    let (route, _) = routes.cleanup(run);
     let (deleted,): (i64,) = sqlx::query_as(DELETE_ON_ROUTE).bind(route).bind(batch).fetch_one(conn).await?;
     Ok(deleted.max(0) as u64)
 }

@@ -113,6 +113,15 @@ impl Layout {
         }
     }
 
+    /// In Citus mode, the `run`-th cleanup's worker and the statement for
+    /// its shard there; `None` when it goes through the URL's server.
+    pub fn cleanup_on_worker(&self, run: usize) -> Option<(Node, String)> {
+        match self {
+            Layout::Single => None,
+            Layout::Citus(routes) => routes.cleanup(run).1.map(|(node, sql)| (node, sql.to_owned())),
+        }
+    }
+
     /// The statement of an operator's block on `targets`.
     pub fn block(&self, targets: &[BlockTarget]) -> Blocking {
         match self {

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::{AbsorbSql, Absorbing, Blocking};
+use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES, DELETE_EXPIRED};
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
 use crate::storage::postgres::upsert::{self, Keys};
@@ -19,23 +20,6 @@ const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5,
 /// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
 const CHECK_DISTINCT: &str =
     "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
-
-/// A row past `expires_at` is equivalent to no row for every algorithm,
-/// so deleting it changes no answer. Rows locked by a check in progress are
-/// skipped, never waited for.
-const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
-    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Leases past their end, likewise: an ended lease holds no slot.
-const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
-    SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Blocks past their end, likewise: an ended block is no block.
-const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
-    SELECT key FROM pglimit_blocks WHERE until <= now()
-    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 /// An operator's block replaces whatever block the key had.
 const BLOCK: &str = "
