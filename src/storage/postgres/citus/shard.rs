@@ -146,14 +146,19 @@ fn rewritten<F: AsRef<str>>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_upsert_is_written_for_a_shard_with_every_table_and_key_routed() {
-        let shard = Shard {
+    /// Route 7's shards, as the coordinator would name them.
+    fn route_7() -> Shard {
+        Shard {
             route: 7,
             buckets: 102_008,
             buckets_name: "pglimit_buckets_102008".into(),
             blocks_name: "pglimit_blocks_102013".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn every_upsert_is_written_for_a_shard_with_every_table_and_key_routed() {
+        let shard = route_7();
         let texts = upserts(&shard).expect("every rewrite matches");
         for sql in [&texts.one, &texts.hot, &texts.policy] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
@@ -173,12 +178,7 @@ mod tests {
 
     #[test]
     fn the_cleanup_is_written_for_a_shard_with_both_deletes_by_primary_key() {
-        let shard = Shard {
-            route: 7,
-            buckets: 102_008,
-            buckets_name: "pglimit_buckets_102008".into(),
-            blocks_name: "pglimit_blocks_102013".into(),
-        };
+        let shard = route_7();
         let sql = cleanup(&shard).expect("every rewrite matches");
         for table in ["pglimit_buckets_102008", "pglimit_blocks_102013"] {
             assert!(sql.contains(&format!("DELETE FROM {table} WHERE (route, key) IN (")), "{sql}");
