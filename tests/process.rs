@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::process::*;
+use common::prometheus::{scrape, value};
 use pglimit::pg_cluster::StopMode;
 use serde_json::{json, Value};
 
@@ -300,8 +301,7 @@ async fn sigterm_answers_a_check_held_by_max_wait_with_its_429_at_once() {
     assert_eq!(service.check(body.clone()).await.0, 200);
     let endpoint = format!("http://{}/check", service.addr);
     let held = tokio::spawn(async move { http_client().post(endpoint).json(&body).send().await });
-    let metrics = format!("http://{}/metrics", service.addr);
-    while !scrape(&metrics).await.contains("\npglimit_waiting 1\n") {
+    while value(&scrape(&service).await, "pglimit_waiting", &[]) != 1.0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let log = tokio::task::spawn_blocking(move || service.terminate()).await.expect("terminated");
@@ -311,9 +311,4 @@ async fn sigterm_answers_a_check_held_by_max_wait_with_its_429_at_once() {
     let waited = Duration::from_millis(decision["waited_ms"].as_u64().expect("waited_ms"));
     assert!(waited < window, "answered on SIGTERM, not at the refill: {decision}");
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
-}
-
-async fn scrape(metrics: &str) -> String {
-    let reply = http_client().get(metrics).send().await.expect("an answer");
-    reply.text().await.expect("text")
 }

@@ -8,6 +8,8 @@
 //! come from a TOML file (`PGLIMIT_POLICIES`) or, without one, from
 //! `policies.default.toml`, built into the binary.
 
+#[cfg(test)]
+mod bucket_tests;
 mod calendar;
 mod cidr;
 mod duration;

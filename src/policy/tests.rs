@@ -44,7 +44,7 @@ fn error_in(lines: &[&str]) -> String {
 
 /// A valid policy `p` taking lines 1 to 8, so a mistake after it is not on
 /// the first bucket's lines.
-const HEAD: [&str; 8] = [
+pub(super) const HEAD: [&str; 8] = [
     "[policies.p]",
     r#"identifiers = { email = "email", ip = "ip" }"#,
     "",
@@ -55,11 +55,16 @@ const HEAD: [&str; 8] = [
     r#"window = "1m""#,
 ];
 
-/// The error of `HEAD` followed by a second bucket of `p` made of `fields`,
-/// one a line: its header is line 9, so `fields` take lines 10 onwards.
-fn second_bucket(fields: &[&str]) -> String {
+/// `HEAD` followed by a second bucket of `p` made of `fields`, one a line:
+/// its header is line 9, so `fields` take lines 10 onwards.
+pub(super) fn with_second_bucket(fields: &[&str]) -> String {
     let lines: Vec<&str> = HEAD.iter().chain(&["[[policies.p.buckets]]"]).chain(fields).copied().collect();
-    error_in(&lines)
+    lines.join("\n")
+}
+
+/// The error of [`with_second_bucket`]'s file.
+pub(super) fn second_bucket(fields: &[&str]) -> String {
+    Policies::parse(&with_second_bucket(fields)).expect_err("the file has a mistake").to_string()
 }
 
 #[test]
@@ -232,37 +237,6 @@ fn a_loaded_file_names_its_path_before_the_line() {
 }
 
 #[test]
-fn a_policy_without_overrides_or_block_for_has_none() {
-    let policies = Policies::builtin();
-    let login = policies.get("login").expect("login policy");
-    assert!(login.overrides.is_empty());
-    assert!(login.buckets.iter().all(|b| b.block_for.is_none()));
-    let values = BTreeMap::from([("email", "a@b.c".to_string()), ("ip", "10.0.0.1".to_string())]);
-    assert_eq!(login.override_for(&values), None);
-}
-
-#[test]
-fn block_for_is_read_as_a_duration() {
-    let lines = [&HEAD[..], &["block_for = \"15m\""]].concat();
-    let policies = Policies::parse(&lines.join("\n")).expect("the file is valid");
-    let first = &policies.get("p").expect("policy p").buckets[0];
-    assert_eq!(first.block_for, Some(std::time::Duration::from_secs(900)));
-}
-
-#[test]
-fn a_block_for_that_is_not_a_duration_or_out_of_range_names_its_line() {
-    for (value, reason) in
-        [("forever", "is not a duration"), ("400d", "a block must be between 100ms and 366d")]
-    {
-        let block_for = format!("block_for = \"{value}\"");
-        let err =
-            second_bucket(&[r#"name = "b""#, r#"on = ["ip"]"#, "limit = 1", r#"window = "1m""#, &block_for]);
-        let place = "policies.p: buckets[1]: block_for (line 14, column 13): ";
-        assert!(err.starts_with(place) && err.contains(reason), "{value}: {err}");
-    }
-}
-
-#[test]
 fn an_override_written_as_an_inline_table_names_its_line() {
     let err = error_in(&[
         "[policies.p]",
@@ -272,40 +246,4 @@ fn an_override_written_as_an_inline_table_names_its_line() {
         r#"  { when = { ip = "10.0.0.2" } }]"#,
     ]);
     assert!(err.starts_with("policies.p: overrides[1] (line 5, column 3): give it one action"), "{err}");
-}
-
-#[test]
-fn a_concurrency_bucket_takes_a_lease_in_place_of_a_window() {
-    let ok = |fields: &[&str]| {
-        let lines: Vec<&str> =
-            HEAD.iter().chain(&["[[policies.p.buckets]]"]).chain(fields).copied().collect();
-        Policies::parse(&lines.join("\n")).is_ok()
-    };
-    assert!(ok(&[
-        r#"name = "b""#,
-        r#"on = ["ip"]"#,
-        "limit = 2",
-        r#"algorithm = "concurrency""#,
-        r#"lease = "30s""#
-    ]));
-    let missing =
-        second_bucket(&[r#"name = "b""#, r#"on = ["ip"]"#, "limit = 2", r#"algorithm = "concurrency""#]);
-    assert!(missing.starts_with("policies.p: buckets[1]: lease (line 10"), "{missing}");
-    let window = second_bucket(&[
-        r#"name = "b""#,
-        r#"on = ["ip"]"#,
-        "limit = 2",
-        r#"algorithm = "concurrency""#,
-        r#"window = "1m""#,
-    ]);
-    assert!(window.starts_with("policies.p: buckets[1]: window (line 14"), "{window}");
-    let lease = second_bucket(&[
-        r#"name = "b""#,
-        r#"on = ["ip"]"#,
-        "limit = 2",
-        r#"window = "1m""#,
-        r#"lease = "1s""#,
-    ]);
-    assert!(lease.starts_with("policies.p: buckets[1]: lease (line 14"), "{lease}");
-    assert!(lease.contains("concurrency"), "{lease}");
 }

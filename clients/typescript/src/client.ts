@@ -1,23 +1,27 @@
+import {
+  FALLBACK_RETRY_AFTER_S,
+  parseDecision,
+  parseJson,
+  parseProblem,
+  storeUnavailable,
+  toResult,
+} from "./decode.js";
 import { PglimitProblemError, PglimitTimeoutError, PglimitUnavailableError } from "./errors.js";
 import type {
   CallOptions,
   CheckOptions,
   CheckRequest,
-  Decision,
   Lease,
   LeaseOutcome,
   OnError,
   PeekRequest,
   PglimitOptions,
   PglimitResult,
-  Problem,
   RateLimitHeaders,
   ResetRequest,
 } from "./types.js";
 
 const DEFAULT_TIMEOUT_MS = 1000;
-// Answered on a "deny" fallback: soon enough to notice pglimit is back.
-const FALLBACK_RETRY_AFTER_S = 1;
 // The service's own fail-closed answer (a policy with on_store_error = "deny").
 const STORE_UNAVAILABLE = "urn:pglimit:problem:store-unavailable";
 // A lease that does not exist (any more): it holds nothing.
@@ -236,104 +240,10 @@ export class Pglimit {
   }
 }
 
-function toResult(d: Decision, h: Headers, requestId: string | undefined): PglimitResult {
-  const result: PglimitResult = {
-    allowed: d.allowed,
-    remaining: d.remaining,
-    limit: d.limit,
-    resetAt: new Date(d.reset_at),
-    retryAfter: d.retry_after_s ?? 0,
-    buckets: d.buckets.map((b) => ({
-      name: b.name,
-      algorithm: b.algorithm,
-      allowed: b.allowed,
-      limit: b.limit,
-      remaining: b.remaining,
-      resetAt: new Date(b.reset_at),
-      ...(b.blocked ? { blocked: true as const } : {}),
-    })),
-    degraded: d.degraded,
-    store: d.store,
-    reason: "checked",
-    headers: rateLimitHeadersOf(h),
-  };
-  // Optional fields are left out rather than set to undefined, so results
-  // compare and serialise cleanly.
-  if (d.shadow !== undefined) result.shadow = d.shadow;
-  if (d.would_allow !== undefined) result.wouldAllow = d.would_allow;
-  if (d.blocked_by !== undefined) result.blockedBy = d.blocked_by;
-  if (d.override !== undefined) result.override = d.override;
-  if (d.lease !== undefined) result.lease = { id: d.lease.id, expiresAt: new Date(d.lease.expires_at) };
-  if (d.waited_ms !== undefined) result.waitedMs = d.waited_ms;
-  if (requestId !== undefined) result.requestId = requestId;
-  return result;
-}
-
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** Milliseconds in a `max_wait` as the service writes it; 0 for text it would refuse (a 400, at once). */
 function waitMs(text: string): number {
   const match = /^([0-9]+)(ms|s|m|h|d)$/.exec(text);
   return match ? Number(match[1]) * (UNIT_MS[match[2] ?? ""] ?? 0) : 0;
-}
-
-function storeUnavailable(h: Headers, requestId: string | undefined): PglimitResult {
-  const retryAfter = Number(h.get("retry-after")) || FALLBACK_RETRY_AFTER_S;
-  const result: PglimitResult = {
-    allowed: false,
-    remaining: 0,
-    limit: 0,
-    resetAt: new Date(Date.now() + retryAfter * 1000),
-    retryAfter,
-    buckets: [],
-    degraded: true,
-    store: "none",
-    reason: "checked",
-    headers: { "Retry-After": String(retryAfter) },
-  };
-  if (requestId !== undefined) result.requestId = requestId;
-  return result;
-}
-
-function rateLimitHeadersOf(h: Headers): RateLimitHeaders {
-  const out: RateLimitHeaders = {};
-  const policy = h.get("ratelimit-policy");
-  const limit = h.get("ratelimit");
-  const retryAfter = h.get("retry-after");
-  if (policy !== null) out["RateLimit-Policy"] = policy;
-  if (limit !== null) out.RateLimit = limit;
-  if (retryAfter !== null) out["Retry-After"] = retryAfter;
-  return out;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-function parseDecision(text: string): Decision | undefined {
-  const v = parseJson(text) as Partial<Decision> | undefined;
-  // Enough to know it is a decision; the service's schema promises the rest.
-  const ok =
-    typeof v === "object" && v !== null && typeof v.allowed === "boolean" &&
-    typeof v.reset_at === "string" && Array.isArray(v.buckets);
-  return ok ? (v as Decision) : undefined;
-}
-
-function parseProblem(text: string, response: Response): Problem {
-  const v = parseJson(text) as Partial<Problem> | undefined;
-  if (typeof v === "object" && v !== null && typeof v.type === "string" && typeof v.status === "number") {
-    return {
-      type: v.type,
-      title: v.title ?? response.statusText,
-      status: v.status,
-      detail: v.detail ?? "",
-      ...(typeof v.field === "string" ? { field: v.field } : {}),
-    };
-  }
-  // Not a problem document (e.g. a proxy's error page): describe what came.
-  return { type: "about:blank", title: response.statusText, status: response.status, detail: text.slice(0, 200) };
 }
