@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Sourced by bench/run and bench/limitador, after scripts/lib.sh: the
+# Sourced by bench/run, bench/limitador and bench/ab, after scripts/lib.sh: the
 # throwaway PostgreSQL cluster they measure pglimit on, and where the CPU of
-# a measurement went (from /proc), so that both measure alike.
+# a measurement went (from /proc), so that they all measure alike.
 #
 #   as_pg CMD...            CMD as the account that runs the server
 #   bench_pg_start DIR      initdb into DIR/data, loopback on a free port,
@@ -14,6 +14,9 @@
 #   cpu_sample PID [STORE]  "<service> <store> <busy> <idle>" ticks so far
 #   other_work              names of builds or load generators running here
 #   wait_quiet              waits until other_work finds nothing (for a time)
+#   bench_blocks DB N       N active admin blocks in pglimit's database DB,
+#                           on keys no check uses, analysed: every batch's
+#                           blocks probe then reads a populated index
 
 # PostgreSQL refuses to run as root: server commands run as `postgres` then.
 if [ "$(id -u)" -eq 0 ]; then
@@ -120,4 +123,16 @@ wait_quiet() {
         sleep 10
         waited=$((waited + 10))
     done
+}
+
+# The keys are 32 bytes like pglimit's, but not HMACs of any key the bench
+# checks, so no block changes a decision. The VACUUM ANALYZE is what
+# autovacuum would soon do anyway, done before measuring rather than during.
+bench_blocks() {
+    psql -X -q -v ON_ERROR_STOP=1 -d "$1" \
+        -c "INSERT INTO pglimit_blocks (key, until, kind, policy, bucket)
+            SELECT decode(md5(i::text) || md5((i + 1)::text), 'hex'), now() + interval '1 day',
+                   'admin', 'bench', 'email'
+            FROM generate_series(1, $2) i" \
+        -c "VACUUM ANALYZE pglimit_blocks" >/dev/null
 }
