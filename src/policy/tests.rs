@@ -64,7 +64,7 @@ pub(super) fn with_second_bucket(fields: &[&str]) -> String {
 
 /// The error of [`with_second_bucket`]'s file.
 pub(super) fn second_bucket(fields: &[&str]) -> String {
-    Policies::parse(&with_second_bucket(fields)).expect_err("the file has a mistake").to_string()
+    error_in(&[&with_second_bucket(fields)])
 }
 
 #[test]
