@@ -1,5 +1,5 @@
-//! The cluster at work: cleanup on every shard, a shard move under load,
-//! a stopped worker.
+//! The cluster at work: cleanup on every shard, a shard move under load
+//! and the lock that keeps it exact, a stopped worker.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -120,6 +120,43 @@ async fn a_shard_moved_under_load_keeps_the_limit_exact() {
         .await
         .expect("the row, on its new worker");
     assert_eq!(count, 150, "what the shard holds is what was admitted");
+}
+
+/// A worker locks only the shards it holds: asked for one it does not (as
+/// when a move ends while a statement waits for its lock), the call fails
+/// with a serialization error naming that shard, which the lane retries.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn a_worker_refuses_to_lock_a_shard_it_does_not_hold() {
+    let url = cluster().0;
+    let _functions = instance(&url, &[]).await;
+    let shards: Vec<(i64, i32)> = sqlx::query_as(
+        "SELECT shardid, nodeport FROM citus_shards WHERE table_name = 'pglimit_buckets'::regclass ORDER BY shardid",
+    )
+    .fetch_all(&crate::direct(&url).await)
+    .await
+    .expect("the shards");
+    let port = shards[0].1;
+    let elsewhere = shards.iter().find(|(_, p)| *p != port).expect("a shard on the other worker").0;
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("the coordinator's URL");
+    let options =
+        options.port(u16::try_from(port).expect("a port")).ssl_mode(sqlx::postgres::PgSslMode::Disable);
+    let worker = sqlx::PgPool::connect_with(options).await.expect("connect to the worker");
+    let (schema,): (String,) = sqlx::query_as(
+        "SELECT n.nspname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.proname = 'pglimit_lock_shards' LIMIT 1",
+    )
+    .fetch_one(&worker)
+    .await
+    .expect("the function on the worker");
+    let lock = format!("SELECT \"{schema}\".pglimit_lock_shards($1)");
+    let held = [Some(shards[0].0), None];
+    let (n,): (i64,) = sqlx::query_as(&lock).bind(held).fetch_one(&worker).await.expect("its own shard");
+    assert_eq!(n, 0);
+    let gone = sqlx::query(&lock).bind([Some(shards[0].0), Some(elsewhere)]).execute(&worker).await;
+    let gone = gone.expect_err("a shard on the other worker").into_database_error().expect("from the worker");
+    assert_eq!(gone.code().as_deref(), Some("40001"), "{gone}");
+    assert!(gone.message().contains(&format!("shard {elsewhere} is not on this node")), "{gone}");
 }
 
 /// A worker that stops takes the instance to memory (the coordinator alone

@@ -64,7 +64,7 @@ async fn a_workers_checks_on_several_shards_are_one_statement_each_answered_as_i
         assert_eq!(allowed, !spent, "{sent}: only the keys checked before are at their limit");
     }
     let workers = logging.read(&WORKERS);
-    let several = workers.split("LOG:").filter(|s| s.matches("pglimit_lock_shard(").count() >= 2);
+    let several = workers.split("LOG:").filter(|s| s.matches("INSERT INTO pglimit_buckets_").count() >= 2);
     assert!(several.count() > 0, "a statement over several shards: {workers}");
 }
 
@@ -137,10 +137,10 @@ async fn checks_on_one_shard_use_no_two_phase_commit() {
     assert!(all.matches("PREPARE TRANSACTION").count() > 0, "a reset spans shards: {all}");
 }
 
-/// The check calls in a log: a shard's upsert (which locks its shard first)
-/// or the route function.
+/// The check calls in a log: a worker's upsert (which locks its shards
+/// first) or the route function.
 fn calls(log: &str) -> usize {
-    log.matches("pglimit_lock_shard(").count() + log.matches("pglimit_check_node").count()
+    log.matches("pglimit_lock_shards(").count() + log.matches("pglimit_check_node").count()
 }
 
 const WORKERS: [&str; 2] = ["worker1", "worker2"];

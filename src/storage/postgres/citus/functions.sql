@@ -9,32 +9,41 @@
 -- (force_custom_plan): the service's sessions force generic plans, with
 -- which Citus cannot route a statement whose route is a parameter.
 
--- Locks shard `p_shard` on this node against
--- a shard move as Citus' own writes lock it (a move blocks writes with an
+-- Locks shards `p_shards` (NULLs skipped) on this node against a shard
+-- move as Citus' own writes lock them (a move blocks writes with an
 -- ExclusiveLock on the shard's metadata; this RowExclusiveLock waits for
--- it, and it for this). A call that finds the shard gone (moved while the
+-- it, and it for this). A call that finds a shard gone (moved while the
 -- call waited) fails with a serialization error rather than write into a
--- copy that is about to be dropped.
+-- copy that is about to be dropped. One call for all of a statement's
+-- shards: a PL/pgSQL call costs a worker more than the locks themselves.
 -- Every name is qualified, so the function needs no search path of its
 -- own: setting one on every call cost a shard's upsert 12 µs.
-CREATE OR REPLACE FUNCTION pglimit_lock_shard(p_shard bigint)
+CREATE OR REPLACE FUNCTION pglimit_lock_shards(p_shards bigint[])
 RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_shards bigint[] := pg_catalog.array_remove(p_shards, NULL);
+    v_gone   bigint;
 BEGIN
-    PERFORM pg_catalog.lock_shard_metadata(3, ARRAY[p_shard]);
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement p
-                   WHERE p.shardid = p_shard
-                     AND p.groupid = (SELECT groupid FROM pg_catalog.pg_dist_local_group)) THEN
-        RAISE EXCEPTION 'pglimit: shard % is not on this node', p_shard
+    PERFORM pg_catalog.lock_shard_metadata(3, v_shards);
+    SELECT s INTO v_gone FROM pg_catalog.unnest(v_shards) AS s
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement p
+                      WHERE p.shardid = s
+                        AND p.groupid = (SELECT groupid FROM pg_catalog.pg_dist_local_group))
+    LIMIT 1;
+    IF v_gone IS NOT NULL THEN
+        RAISE EXCEPTION 'pglimit: shard % is not on this node', v_gone
             USING ERRCODE = 'serialization_failure', HINT = 'a shard move ended while the call waited; retry';
     END IF;
-    RETURN p_shard;
+    RETURN 0;
 END
 $$;
 
 -- The name of `p_table`'s shard for `p_route` on this node, locked as above.
 CREATE OR REPLACE FUNCTION pglimit_local_shard(p_table regclass, p_route integer)
 RETURNS text LANGUAGE sql SET search_path FROM CURRENT AS $$
-    SELECT shard_name(p_table, pglimit_lock_shard(get_shard_id_for_distribution_column(p_table, p_route)))
+    SELECT shard_name(p_table, s.id)
+    FROM (SELECT get_shard_id_for_distribution_column(p_table, p_route) AS id) AS s
+    WHERE pglimit_lock_shards(ARRAY[s.id]) IS NOT NULL
 $$;
 
 -- pglimit_check_batch (sql/batch.sql) for buckets whose shards are all on

@@ -13,10 +13,13 @@
 //! segments decide together whether each such check fits (`multi_all`).
 //!
 //! Rows are locked shard by shard in the segments' order (the workers'
-//! routes ascending), as `pglimit_check_node` does: segment `i` takes its
-//! shard's lock only after `after_i` has read every earlier segment's
-//! upsert to its end, so no part of an earlier shard is written after a
-//! later one, whatever plan runs the `UNION ALL`.
+//! routes ascending), as `pglimit_check_node` does: segment `i` writes only
+//! after `after_i` has read every earlier segment's upsert to its end, so
+//! no part of an earlier shard is written after a later one, whatever plan
+//! runs the `UNION ALL`. Before any of them, `after_0` locks the shards of
+//! the segments with checks against a shard move, in one call for all
+//! (`pglimit_lock_shards`: a PL/pgSQL call a segment was a ninth of a
+//! worker's CPU).
 
 use std::fmt::Write;
 
@@ -77,6 +80,8 @@ pub(in crate::storage::postgres) struct Texts {
     pub one: String,
     pub hot: String,
     pub policy: String,
+    /// The shards it writes (their `pglimit_buckets` shard ids), one a segment.
+    pub shards: Vec<i64>,
 }
 
 impl WorkerUpserts {
@@ -84,10 +89,12 @@ impl WorkerUpserts {
     pub(super) fn of(routes: Vec<i32>, shards: &[&Texts]) -> Result<Self, String> {
         let texts = |shards: &[&Texts]| -> Result<Texts, String> {
             let form = |f: fn(&Texts) -> &String| shards.iter().map(|t| f(t).as_str()).collect::<Vec<_>>();
+            let locks: Vec<i64> = shards.iter().flat_map(|t| t.shards.iter().copied()).collect();
             Ok(Texts {
-                one: joined(&form(|t| &t.one), ONE_BUCKET)?,
-                hot: joined(&form(|t| &t.hot), ONE_BUCKET)?,
-                policy: joined(&form(|t| &t.policy), POLICY)?,
+                one: joined(&form(|t| &t.one), &locks, ONE_BUCKET)?,
+                hot: joined(&form(|t| &t.hot), &locks, ONE_BUCKET)?,
+                policy: joined(&form(|t| &t.policy), &locks, POLICY)?,
+                shards: locks,
             })
         };
         let each = shards.iter().map(|shard| texts(std::slice::from_ref(shard))).collect::<Result<_, _>>()?;
@@ -96,13 +103,16 @@ impl WorkerUpserts {
 }
 
 /// The shards' statements (each written by `super::shard` for one shard,
-/// in lock order) joined into one; an error names what no longer has the
-/// expected shape. Each segment's expressions that read its arguments and
-/// the snapshot only come first, then `multi_all` (every segment's checks
-/// of several buckets, when the form has them), then each segment's upsert
-/// in lock order.
-pub(super) fn joined(shards: &[&str], numbering: Numbering) -> Result<String, String> {
-    let mut ctes = vec!["after_0 AS (SELECT 0::bigint AS n)".to_owned()];
+/// in lock order, shard `locks[i]` for `shards[i]`) joined into one; an
+/// error names what no longer has the expected shape. Each segment's
+/// expressions that read its arguments and the snapshot only come first,
+/// then `multi_all` (every segment's checks of several buckets, when the
+/// form has them), the lock, then each segment's upsert in lock order.
+pub(super) fn joined(shards: &[&str], locks: &[i64], numbering: Numbering) -> Result<String, String> {
+    if shards.len() != locks.len() {
+        return Err(format!("{} shards' statements for {} shards", shards.len(), locks.len()));
+    }
+    let mut ctes = Vec::new();
     let (mut upserts, mut multi, mut answers) = (Vec::new(), Vec::new(), Vec::new());
     for (i, sql) in shards.iter().enumerate() {
         let sql = renamed(&without_comments(sql), i, numbering);
@@ -110,7 +120,7 @@ pub(super) fn joined(shards: &[&str], numbering: Numbering) -> Result<String, St
         let (with, select) = sql.split_at(split);
         let with = with.trim().strip_prefix("WITH ").ok_or("a shard's upsert does not begin with WITH")?;
         if !with.contains(&format!("FROM after_{i}")) {
-            return Err("a shard's upsert does not lock its shard after the shards before".into());
+            return Err("a shard's upsert does not wait for the shards before (`FROM after`)".into());
         }
         let turn = [format!(" snap_{i} AS ("), format!(" up_{i} AS (")].iter().find_map(|cte| with.find(cte));
         let (reads, upsert) = with.split_at(turn.ok_or("a shard's upsert has no `up`")? + 1);
@@ -130,8 +140,21 @@ pub(super) fn joined(shards: &[&str], numbering: Numbering) -> Result<String, St
     if !multi.is_empty() {
         ctes.push(format!("multi_all AS ({})", multi.join(" UNION ALL ")));
     }
+    ctes.push(lock(locks));
     ctes.extend(upserts);
     Ok(format!("WITH {}\n{}", ctes.join(",\n"), answers.join("\nUNION ALL\n")))
+}
+
+/// `after_0`: the shards of the segments with checks, locked in one call
+/// and in shard order (the lock is taken only when a segment reads it).
+fn lock(locks: &[i64]) -> String {
+    let mut segments: Vec<(i64, usize)> = locks.iter().copied().zip(0..).collect();
+    segments.sort_unstable();
+    let shards: Vec<String> = segments
+        .into_iter()
+        .map(|(shard, i)| format!("CASE WHEN EXISTS (SELECT FROM req_{i}) THEN {shard} END"))
+        .collect();
+    format!("after_0 AS (SELECT pglimit_lock_shards(ARRAY[{}]::bigint[]) AS n)", shards.join(", "))
 }
 
 fn without_comments(sql: &str) -> String {
@@ -182,7 +205,7 @@ mod tests {
 
     #[test]
     fn shards_are_joined_in_order_each_locked_after_the_ones_before() {
-        let sql = joined(&[SHARD, SHARD], ONE_BUCKET).expect("the shape is known");
+        let sql = joined(&[SHARD, SHARD], &[102_010, 102_008], ONE_BUCKET).expect("the shape is known");
         assert!(!sql.contains("a comment"), "{sql}");
         assert_eq!(sql.matches("WITH").count(), 1, "{sql}");
         assert!(
@@ -196,6 +219,11 @@ mod tests {
         assert!(sql.contains("(SELECT r.pos + $6::integer AS o_pos"), "{sql}");
         assert!(sql.contains("\nUNION ALL\n(SELECT r.pos + $11::integer AS o_pos"), "{sql}");
         assert!(sql.contains("$7::bytea[]"), "the second segment's keys: {sql}");
+        let lock = "after_0 AS (SELECT pglimit_lock_shards(ARRAY[CASE WHEN EXISTS (SELECT FROM req_1) THEN 102008 END, \
+                    CASE WHEN EXISTS (SELECT FROM req_0) THEN 102010 END]::bigint[]) AS n)";
+        assert!(sql.contains(lock), "each segment's shard if it has checks, in shard order: {sql}");
+        assert!(sql.find(lock) > sql.find("req_1 AS ("), "after every segment's arguments: {sql}");
+        assert!(sql.find(lock) < sql.find("up_0 AS ("), "before any write: {sql}");
     }
 
     #[test]
@@ -214,9 +242,8 @@ mod tests {
         let upserts = WorkerUpserts::of(vec![1, 3], &[&a, &b]).expect("joined");
         for sql in [&upserts.all.one, &upserts.all.hot] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102010 AS b (route, key,"), "{sql}");
-            assert!(sql.contains(
-                "(SELECT pglimit_lock_shard(102010) FROM after_1 WHERE EXISTS (SELECT FROM req_1))"
-            ));
+            assert!(sql.contains("(SELECT n FROM after_1 WHERE EXISTS (SELECT FROM req_1))"), "{sql}");
+            assert!(sql.contains("THEN 102008 END, CASE WHEN EXISTS (SELECT FROM req_1) THEN 102010 END]"));
             assert!(sql.contains("unnest($7::bytea[], $8::bigint[], $9::bigint[], $10::bigint[])"), "{sql}");
             assert!(sql.contains("$11::integer AS o_pos") && !sql.contains("$12"), "{sql}");
             let clock = !sql.contains("$5::timestamptz") && !sql.contains("$10::timestamptz");
@@ -234,6 +261,10 @@ mod tests {
         assert!(at("multi_1 AS") < at("multi_all AS (") && at("multi_all AS (") < at("\nsnap_0 AS ("));
         assert_eq!(policy.matches("FROM multi_all GROUP BY chk").count(), 2, "both segments' checks");
         assert_eq!(upserts.each.len(), 2);
+        assert_eq!(
+            (&upserts.all.shards[..], &upserts.each[1].shards[..]),
+            (&[102_008, 102_010][..], &[102_010][..])
+        );
         assert!(
             upserts.each[1].one.contains("pglimit_buckets_102010") && !upserts.each[1].one.contains("102008")
         );
@@ -242,7 +273,12 @@ mod tests {
     #[test]
     fn a_statement_of_another_shape_is_refused_with_what_it_lacks() {
         let unlocked = SHARD.replace("FROM after", "");
-        assert!(joined(&[&unlocked], ONE_BUCKET).is_err_and(|e| e.contains("lock its shard after")));
-        assert!(joined(&["SELECT 1"], ONE_BUCKET).is_err_and(|e| e.contains("no answers")));
+        assert!(
+            joined(&[&unlocked], &[1], ONE_BUCKET).is_err_and(|e| e.contains("wait for the shards before"))
+        );
+        assert!(joined(&["SELECT 1"], &[1], ONE_BUCKET).is_err_and(|e| e.contains("no answers")));
+        assert!(
+            joined(&[SHARD], &[1, 2], ONE_BUCKET).is_err_and(|e| e.contains("1 shards' statements for 2"))
+        );
     }
 }

@@ -201,7 +201,12 @@ impl Routes {
 impl Routes {
     /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
     pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
-        let text = || Texts { one: "upsert".into(), hot: "hot upsert".into(), policy: "policy".into() };
+        let text = || Texts {
+            one: "upsert".into(),
+            hot: "hot upsert".into(),
+            policy: "policy".into(),
+            shards: Vec::new(),
+        };
         let mut joined: HashMap<i32, WorkerUpserts> = HashMap::new();
         for (&route, &worker) in routes.iter().zip(&workers) {
             let new = || WorkerUpserts { routes: Vec::new(), all: text(), each: Vec::new() };

@@ -5,14 +5,15 @@
 //! segments of a worker's statement ([`super::joined`]).
 //!
 //! The texts are derived from the single node's, not written twice: each rewrite
-//! below must match exactly once, and a test checks that they all do. The
-//! statement first locks the shard as `pglimit_check_node` does
-//! (`pglimit_lock_shard`, in an InitPlan that runs before any row is
-//! written, once the earlier segments' shards are written: `after`), so a
-//! shard move waits for it, and a call that finds the shard gone fails
-//! with the same serialization error. The lock asks for a check of its own
-//! segment: the planner runs a condition on no column before the first row,
-//! so without one an empty segment would lock its shard too.
+//! below must match exactly once, and a test checks that they all do. A
+//! segment writes only once `after` (an InitPlan, run before its first row)
+//! has a value: once the earlier segments' rows are written and the
+//! worker's statement has locked its shards as `pglimit_check_node` does
+//! (`pglimit_lock_shards`, [`super::joined`]), so that a shard move waits
+//! for it, and a call that finds a shard gone fails with the same
+//! serialization error. The condition asks for a check of its own segment:
+//! the planner runs a condition on no column before the first row, so
+//! without one an empty segment would wait for the others for nothing.
 
 use super::joined::Texts;
 use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_EXPIRED};
@@ -30,7 +31,7 @@ pub(in crate::storage::postgres) struct Shard {
 /// What the upserts say of the single node's tables, and what they say on
 /// `shard`'s: the shard's own tables, its route in every key, and the lock.
 fn rewrites(shard: &Shard) -> [(&'static str, String); 5] {
-    let Shard { route, buckets, buckets_name, blocks_name } = shard;
+    let Shard { route, buckets_name, blocks_name, .. } = shard;
     [
         (
             "FROM pglimit_blocks k\n    WHERE k.key",
@@ -40,10 +41,8 @@ fn rewrites(shard: &Shard) -> [(&'static str, String); 5] {
         ("\n    SELECT key,", format!("\n    SELECT {route}, key,")),
         (
             "WHERE cost <= lim AND",
-            format!(
-                "WHERE (SELECT pglimit_lock_shard({buckets}) FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL \
-                 AND cost <= lim AND"
-            ),
+            "WHERE (SELECT n FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL AND cost <= lim AND"
+                .to_owned(),
         ),
         ("ON CONFLICT (key)", "ON CONFLICT (route, key)".to_owned()),
     ]
@@ -89,6 +88,7 @@ pub(super) fn upserts(shard: &Shard) -> Result<Texts, String> {
         one: on_shard("upsert.sql", ONE_BUCKET_UPSERT, denied_read(shard))?,
         hot: on_shard("hot_upsert.sql", HOT_UPSERT, denied_read(shard))?,
         policy: on_shard("policy_upsert.sql", POLICY_UPSERT, policy_reads(shard))?,
+        shards: vec![shard.buckets],
     })
 }
 
@@ -160,12 +160,12 @@ mod tests {
     fn every_upsert_is_written_for_a_shard_with_every_table_and_key_routed() {
         let shard = route_7();
         let texts = upserts(&shard).expect("every rewrite matches");
+        assert_eq!(texts.shards, [102_008]);
         for sql in [&texts.one, &texts.hot, &texts.policy] {
             assert!(sql.contains("INSERT INTO pglimit_buckets_102008 AS b (route, key,"), "{sql}");
             assert!(sql.contains("SELECT 7, key,"), "{sql}");
-            let lock =
-                "(SELECT pglimit_lock_shard(102008) FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL";
-            assert!(sql.contains(lock), "{sql}");
+            let locked = "(SELECT n FROM after WHERE EXISTS (SELECT FROM req)) IS NOT NULL AND cost <= lim";
+            assert!(sql.contains(locked), "{sql}");
             assert!(sql.contains("ON CONFLICT (route, key)"), "{sql}");
             assert!(sql.contains("k.route = 7 AND k.key"), "blocks: {sql}");
         }
