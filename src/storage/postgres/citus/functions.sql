@@ -24,6 +24,9 @@ DECLARE
     v_shards bigint[] := pg_catalog.array_remove(p_shards, NULL);
     v_gone   bigint;
 BEGIN
+    IF pg_catalog.cardinality(v_shards) = 0 THEN
+        RETURN 0;  -- lock_shard_metadata refuses an empty array
+    END IF;
     PERFORM pg_catalog.lock_shard_metadata(3, v_shards);
     SELECT s INTO v_gone FROM pg_catalog.unnest(v_shards) AS s
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement p
