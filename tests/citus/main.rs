@@ -26,9 +26,17 @@ const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", 
 /// v1 one Citus makes, which rustls cannot read, and sqlx, unlike libpq
 /// and pglimit, does not fall back to plaintext under `sslmode=prefer`.
 async fn direct(url: &str) -> sqlx::PgPool {
+    sqlx::PgPool::connect_with(node_options(url)).await.expect("connect to a node")
+}
+
+/// A pool of the test's own on the node at `port`, with `url`'s credentials.
+async fn direct_at(url: &str, port: u16) -> sqlx::PgPool {
+    sqlx::PgPool::connect_with(node_options(url).port(port)).await.expect("connect to a node")
+}
+
+fn node_options(url: &str) -> sqlx::postgres::PgConnectOptions {
     let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a node's URL");
-    let options = options.ssl_mode(sqlx::postgres::PgSslMode::Disable);
-    sqlx::PgPool::connect_with(options).await.expect("connect to a node")
+    options.ssl_mode(sqlx::postgres::PgSslMode::Disable)
 }
 
 /// The coordinator's URL and the cluster's directory.

@@ -138,10 +138,7 @@ async fn a_worker_refuses_to_lock_a_shard_it_does_not_hold() {
     .expect("the shards");
     let port = shards[0].1;
     let elsewhere = shards.iter().find(|(_, p)| *p != port).expect("a shard on the other worker").0;
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("the coordinator's URL");
-    let options =
-        options.port(u16::try_from(port).expect("a port")).ssl_mode(sqlx::postgres::PgSslMode::Disable);
-    let worker = sqlx::PgPool::connect_with(options).await.expect("connect to the worker");
+    let worker = crate::direct_at(&url, u16::try_from(port).expect("a port")).await;
     let (schema,): (String,) = sqlx::query_as(
         "SELECT n.nspname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE p.proname = 'pglimit_lock_shards' LIMIT 1",
