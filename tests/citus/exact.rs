@@ -55,9 +55,11 @@ async fn checks_across_shards_stay_all_or_nothing_under_concurrency() {
             .await;
             let same_email = |b: &Value| b["identifiers"]["email"] == email.as_str();
             let same_ip = |b: &Value| b["identifiers"]["ip"] == ip.as_str();
-            assert_eq!(remaining(&peek.body, "email_ip"), 5 - taken(&|b| same_email(b) && same_ip(b)));
-            assert_eq!(remaining(&peek.body, "email"), 50 - taken(&same_email));
-            assert_eq!(remaining(&peek.body, "ip"), 20 - taken(&same_ip));
+            assert_eq!(peek.body["store"], "postgres", "the peek read the shards: {}", peek.body);
+            let taken_pair = taken(&|b| same_email(b) && same_ip(b));
+            assert_eq!(remaining(&peek.body, "email_ip"), 5 - taken_pair, "{}", peek.body);
+            assert_eq!(remaining(&peek.body, "email"), 50 - taken(&same_email), "{}", peek.body);
+            assert_eq!(remaining(&peek.body, "ip"), 20 - taken(&same_ip), "{}", peek.body);
         }
     }
 }
