@@ -51,6 +51,8 @@ pub struct Waiters {
     closing: watch::Sender<bool>,
     /// Releases are not heard here: waiters for slots poll.
     polls: AtomicBool,
+    /// Bumped by every wake, under the `queues` lock.
+    wakes: AtomicU64,
 }
 
 /// The waiters on one key, first come first.
@@ -81,6 +83,7 @@ impl Waiters {
             tickets: AtomicU64::new(0),
             closing,
             polls: AtomicBool::new(false),
+            wakes: AtomicU64::new(0),
         }
     }
 
@@ -103,9 +106,28 @@ impl Waiters {
     /// than at the time its denial named. A key nobody waits on costs a
     /// map lookup.
     pub fn wake(&self, key: &Key) {
-        if let Some(queue) = self.lock().get(key) {
+        let queues = self.lock();
+        self.wakes.fetch_add(1, Ordering::AcqRel);
+        if let Some(queue) = queues.get(key) {
             queue.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// Room may have been freed on any key (releases may have gone
+    /// unheard): the first waiter of every queue rechecks now.
+    pub fn wake_all(&self) {
+        let queues = self.lock();
+        self.wakes.fetch_add(1, Ordering::AcqRel);
+        for queue in queues.values() {
+            queue.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// How many wakes there have been. A request that checked before it
+    /// entered its queue compares this before and after: a wake in between
+    /// found no queue to tell, so it rechecks at once.
+    pub fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Acquire)
     }
 
     /// The service is stopping: every held request answers now (its last
@@ -238,5 +260,23 @@ mod tests {
         place.changed.mark_unchanged();
         w.wake(&[5; 32]);
         assert!(place.changed.has_changed().unwrap_or(false));
+    }
+
+    #[test]
+    fn waking_all_tells_the_waiters_of_every_key() {
+        let w = waiters(4);
+        let mut places = [w.enter([6; 32]).expect("room"), w.enter([7; 32]).expect("room")];
+        places.iter_mut().for_each(|p| p.changed.mark_unchanged());
+        w.wake_all();
+        assert!(places.iter().all(|p| p.changed.has_changed().unwrap_or(false)));
+    }
+
+    #[test]
+    fn a_wake_before_anyone_waits_is_counted_for_those_about_to() {
+        let w = waiters(4);
+        let seen = w.wakes();
+        w.wake(&[8; 32]);
+        let _place = w.enter([8; 32]).expect("room");
+        assert_ne!(w.wakes(), seen, "the request that checked before entering rechecks");
     }
 }

@@ -15,7 +15,7 @@ use super::plan::Applied;
 use super::waiters::{Place, Waiters};
 use super::{BucketDecision, CheckError, CheckRequest, Decision, Invalid, Limiter};
 use crate::algorithm::Algorithm;
-use crate::storage::{Key, Leases, Store};
+use crate::storage::{Freed, Key, Leases, Store};
 use crate::telemetry;
 
 /// The shortest sleep between two rechecks, so that a denial naming a
@@ -28,8 +28,9 @@ pub const RELEASE_POLL: Duration = Duration::from_millis(250);
 
 /// Wakes the waiters on each key whose slots a released lease freed, as
 /// the store hears of releases on any instance, for as long as `limiter`
-/// lives. Behind a transaction pooler nothing is heard: waiters for slots
-/// then recheck every [`RELEASE_POLL`].
+/// lives; every waiter when releases may have gone unheard. Behind a
+/// transaction pooler nothing is heard: waiters for slots then recheck
+/// every [`RELEASE_POLL`].
 pub fn wake_on_releases<S: Store + Leases + 'static>(limiter: &Arc<Limiter<S>>) {
     let Some(mut heard) = limiter.store.releases_heard() else {
         limiter.waiters.poll_for_releases();
@@ -38,14 +39,15 @@ pub fn wake_on_releases<S: Store + Leases + 'static>(limiter: &Arc<Limiter<S>>) 
     let limiter: Weak<Limiter<S>> = Arc::downgrade(limiter);
     tokio::spawn(async move {
         loop {
-            let key = match heard.recv().await {
-                Ok(key) => Some(key),
-                Err(RecvError::Lagged(_)) => None, // those waiters recheck at their time
+            let freed = match heard.recv().await {
+                Ok(freed) => freed,
+                Err(RecvError::Lagged(_)) => Freed::Any, // which keys is lost
                 Err(RecvError::Closed) => return,
             };
             let Some(live) = limiter.upgrade() else { return };
-            if let Some(key) = key {
-                live.waiters.wake(&key);
+            match freed {
+                Freed::Slots(key) => live.waiters.wake(&key),
+                Freed::Any => live.waiters.wake_all(),
             }
         }
     });
@@ -74,6 +76,7 @@ impl<S: Store> Limiter<S> {
         }
         let started = Instant::now();
         let deadline = started + max_wait;
+        let wakes = self.waiters.wakes();
         let (queue, first) = match self.arrive(request, deadline).await? {
             Arrival::Queue(key, first) => (key, first),
             Arrival::Answer(decision) => return Ok(decision.waited(Duration::ZERO)),
@@ -81,6 +84,8 @@ impl<S: Store> Limiter<S> {
         let Some(place) = self.waiters.enter(queue) else {
             return self.answer_now(request, first).await.map(|d| d.waited(Duration::ZERO));
         };
+        // Room freed between the first check and entering would go unheard.
+        let first = first.filter(|_| self.waiters.wakes() == wakes);
         let decision = self.wait(request, place, first, deadline).await?;
         telemetry::wait_ended(decision.allowed);
         Ok(decision.waited(started.elapsed()))

@@ -34,7 +34,7 @@ pub use postgres::{
     ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
-pub use traits::{Actions, Block, BlockTarget, Held, Leases, Primary, Store, Unabsorbed};
+pub use traits::{Actions, Block, BlockTarget, Freed, Held, Leases, Primary, Store, Unabsorbed};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];

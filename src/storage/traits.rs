@@ -79,10 +79,20 @@ pub trait Leases: Send + Sync {
     /// or `None` if it has ended, was released, or does not exist.
     fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
 
-    /// The keys whose slots a release frees, as heard from any instance
-    /// (this one's included), from now on; `None` where nothing is heard
-    /// (behind a transaction pooler, which cannot hold a LISTEN).
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>>;
+    /// The slots releases free, as heard from any instance (this one's
+    /// included), from now on; `None` where nothing is heard (behind a
+    /// transaction pooler, which cannot hold a LISTEN).
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>>;
+}
+
+/// What a release heard of frees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freed {
+    /// The slots of this key.
+    Slots(Key),
+    /// Maybe any: releases may have gone unheard (the listener was not
+    /// connected when they were sent).
+    Any,
 }
 
 /// A key to block, with the names an operator will see it by.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Key, Leases, Stale, Store, StoreError, StoreKind,
+    Actions, Answer, Block, BlockTarget, CheckBatch, Freed, Key, Leases, Stale, Store, StoreError, StoreKind,
 };
 use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
 use entries::{Entries, Remembered};
@@ -211,7 +211,7 @@ impl<S: Store + Leases> Leases for DenyCache<S> {
         self.inner.renew(id).await
     }
 
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>> {
         self.inner.releases_heard()
     }
 }

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::FallbackStore;
 use crate::storage::{
-    Actions, AddedOverride, Block, BlockTarget, Key, Leases, LoadedOverrides, Overrides, Primary, Store,
-    StoreError, StoredOverride,
+    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, Primary,
+    Store, StoreError, StoredOverride,
 };
 
 /// Leases are in Postgres: while this instance is degraded, a release is
@@ -35,7 +35,7 @@ impl<P: Primary> Leases for FallbackStore<P> {
         self.inner.primary.renew(id).await
     }
 
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>> {
         self.inner.primary.releases_heard()
     }
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::PgStore;
 use crate::storage::{
-    Actions, AddedOverride, Block, BlockTarget, Key, Leases, LoadedOverrides, Overrides, StoreError,
+    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, StoreError,
     StoredOverride, OVERRIDES_POLL_EVERY,
 };
 
@@ -79,7 +79,7 @@ impl Leases for PgStore {
         self.actions.renew(&self.session, id).await
     }
 
-    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Key>> {
+    fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>> {
         self.listening.then(|| self.heard.releases())
     }
 }

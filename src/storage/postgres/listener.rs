@@ -6,7 +6,8 @@
 //! A released lease notifies `released <hex key>,...` (`sql/leases.sql`):
 //! no generation, but its keys' denials are forgotten all the same.
 //! Notifications sent while it is not listening are lost, so every
-//! (re)connection counts as "everything is stale", and the heartbeat reads
+//! (re)connection counts as "everything is stale" and "any slot may have
+//! been freed" (waiters recheck), and the heartbeat reads
 //! the actions generation every 2 s: one it has not heard of means a
 //! notification went missing, which also counts as everything.
 //!
@@ -21,7 +22,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{broadcast, watch};
 
-use crate::storage::{Key, Stale};
+use crate::storage::{Freed, Key, Stale};
 
 pub const CHANNEL: &str = "pglimit_actions";
 
@@ -53,12 +54,19 @@ pub(super) struct Heard {
     releases: Releases,
 }
 
-/// The keys released leases freed slots in, for waiters to take them.
-struct Releases(broadcast::Sender<Key>);
+/// The slots released leases freed, for waiters to take them.
+struct Releases(broadcast::Sender<Freed>);
 
 impl Default for Releases {
     fn default() -> Self {
         Self(broadcast::channel(RELEASES_KEPT).0)
+    }
+}
+
+impl Releases {
+    /// Nobody may be subscribed yet (no waiting limiter): nothing to tell.
+    fn send(&self, freed: Freed) {
+        let _ = self.0.send(freed);
     }
 }
 
@@ -82,7 +90,7 @@ impl Heard {
         }
         if generation == RELEASED {
             // After noting them stale: a waiter woken rechecks past any denial remembered.
-            keys.split(',').filter_map(parse_key).for_each(|key| drop(self.releases.0.send(key)));
+            keys.split(',').filter_map(parse_key).for_each(|key| self.releases.send(Freed::Slots(key)));
         }
         if let Ok(generation) = generation.parse::<u64>() {
             self.generation.fetch_max(generation, Ordering::AcqRel);
@@ -95,14 +103,15 @@ impl Heard {
     }
 
     /// Something may have gone unheard: every denial remembered is stale,
-    /// and the overrides may have changed.
+    /// the overrides may have changed, and so may any slot.
     fn missed(&self) {
         self.note(Stale::All);
         self.overrides.notify_one();
+        self.releases.send(Freed::Any);
     }
 
-    /// The keys of the releases heard from now on.
-    pub fn releases(&self) -> broadcast::Receiver<Key> {
+    /// The slots releases free, as heard from now on.
+    pub fn releases(&self) -> broadcast::Receiver<Freed> {
         self.releases.0.subscribe()
     }
 
@@ -259,6 +268,18 @@ mod tests {
         let woken =
             tokio::time::timeout(std::time::Duration::from_secs(5), heard.overrides_may_have_changed());
         assert!(woken.await.is_ok(), "a missed generation may have been an overrides change");
+    }
+
+    #[test]
+    fn a_release_frees_its_keys_and_anything_missed_may_have_freed_any_slot() {
+        let heard = Heard::default();
+        let mut releases = heard.releases();
+        heard.notified(&format!("{RELEASED} {}", hex::encode([4; 32])));
+        assert_eq!(releases.try_recv().ok(), Some(Freed::Slots([4; 32])));
+        heard.missed();
+        assert_eq!(releases.try_recv().ok(), Some(Freed::Any), "a reconnection may have hidden a release");
+        heard.read(heard.generation() + 1);
+        assert_eq!(releases.try_recv().ok(), Some(Freed::Any), "so may a missed generation");
     }
 
     #[test]
