@@ -88,11 +88,22 @@ async fn run_again_if_ended(
     work: &Work<'_>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let result = run(session, slot, work).await;
-    if result.as_ref().is_err_and(ended_by_server) {
-        // Nothing the ended connection ran was committed: send it again.
+    if result.as_ref().is_err_and(ended_by_server) && work.may_send_again() {
         return run(session, slot, work).await;
     }
     result
+}
+
+impl Work<'_> {
+    /// Whether a call the server ended may be sent again. Checks may: on a
+    /// single node a call is one statement, which the end rolled back; in
+    /// Citus mode a worker's statements before the one ended may have
+    /// committed, and deciding them again counts them twice, which can deny
+    /// early but never admit too much. Refunds may not: given back twice,
+    /// a bucket would admit past its limit; not given back, it stays counted.
+    fn may_send_again(&self) -> bool {
+        self.tasks.iter().all(|t| t.is_check())
+    }
 }
 
 /// One call on the connection, opened afresh if it is from before an outage
@@ -157,4 +168,28 @@ async fn refund(
         });
     }
     Ok(answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work<'a>(tasks: Vec<&'a Task>) -> Work<'a> {
+        Work { batches: Vec::new(), tasks, now: None, node: None }
+    }
+
+    #[test]
+    fn checks_the_server_ended_are_sent_again_and_refunds_are_not() {
+        let taken = Answer {
+            buckets: Vec::new(),
+            now: chrono::Utc::now(),
+            store: StoreKind::Postgres,
+            degraded: false,
+            cached: false,
+            timing: None,
+        };
+        let refund = Task::Refund(taken);
+        assert!(work(vec![&Task::Check, &Task::Check]).may_send_again());
+        assert!(!work(vec![&refund, &refund]).may_send_again(), "a refund given back twice");
+    }
 }
