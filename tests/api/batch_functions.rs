@@ -232,3 +232,27 @@ async fn replay_one_bucket(upsert: &str, repeats: bool, seed: u64) {
     }
     pool.close().await;
 }
+
+/// A call whose clock is behind another's (its transaction began first,
+/// then waited for a row lock) must not take from a window that ends at the
+/// other's clock: the row a batch function creates to lock a new key, and
+/// leaves unwritten (a peek), is over for every clock.
+#[tokio::test]
+async fn a_take_at_an_earlier_clock_after_a_peek_on_a_new_key_still_counts() {
+    let url = fresh_database().await;
+    let _migrated = pg_store(&url).await;
+    let pool = crate::common::functions_pool(&url).await;
+    let at: DateTime<Utc> = "2032-03-01T00:00:00Z".parse().unwrap();
+    let earlier = at - TimeDelta::seconds(1);
+    for (n, function) in ["pglimit_check_batch", "pglimit_check_distinct"].into_iter().enumerate() {
+        let key = vec![0xc0 + n as u8; 32];
+        let bucket = Bucket { key, limit: 5, window_ms: 60_000, algo: 0, block_for_ms: 0, name: None };
+        call(&pool, function, &[(0, vec![&bucket])], at).await;
+        let taken = call(&pool, function, &[(1, vec![&bucket])], earlier).await;
+        assert_eq!(taken[0].3, earlier + TimeDelta::minutes(1), "{function}: a window of its own");
+        let next = call(&pool, function, &[(1, vec![&bucket])], at + TimeDelta::milliseconds(1)).await;
+        let row = stored(&pool, &bucket.key).await;
+        assert_eq!(next[0].2, 3, "{function}: the earlier take still counts: {row}");
+    }
+    pool.close().await;
+}

@@ -63,6 +63,11 @@ async fn three_instances() -> Vec<pglimit::AppState> {
 /// Fires every body at once, round-robin over `apps`; returns the replies,
 /// asserting each was decided by Postgres (no error, no deadlock, no fallback).
 async fn fire(apps: &[pglimit::AppState], bodies: Vec<Value>) -> Vec<(bool, Value)> {
+    fire_answered(apps, bodies).await.into_iter().map(|(allowed, sent, _)| (allowed, sent)).collect()
+}
+
+/// [`fire`], with each check's answer beside what was sent.
+async fn fire_answered(apps: &[pglimit::AppState], bodies: Vec<Value>) -> Vec<(bool, Value, Value)> {
     let tasks: Vec<_> = bodies
         .into_iter()
         .enumerate()
@@ -76,8 +81,8 @@ async fn fire(apps: &[pglimit::AppState], bodies: Vec<Value>) -> Vec<(bool, Valu
         let (reply, body) = task.await.expect("check task");
         assert_eq!(reply.body["store"], "postgres", "decided by postgres: {}", reply.body);
         match reply.status {
-            StatusCode::OK => replies.push((true, body)),
-            StatusCode::TOO_MANY_REQUESTS => replies.push((false, body)),
+            StatusCode::OK => replies.push((true, body, reply.body)),
+            StatusCode::TOO_MANY_REQUESTS => replies.push((false, body, reply.body)),
             other => panic!("unexpected status {other}: {}", reply.body),
         }
     }

@@ -97,11 +97,12 @@ BEGIN
         buckets := buckets || pglimit_local_shard('pglimit_buckets', r);
         blocks := blocks || pglimit_local_shard('pglimit_blocks', r);
         r_keys := ARRAY(SELECT k FROM unnest(p_keys, p_routes) AS u(k, kr) WHERE kr = r);
-        -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+        -- DO UPDATE ... WHERE false writes nothing but still locks an existing row;
+        -- a new one ends at the epoch, over for every clock (see sql/batch.sql).
         EXECUTE format('INSERT INTO %s AS t (route, key, count, expires_at)
-                        SELECT DISTINCT $1, u.key, 0, $2 FROM unnest($3) AS u(key) ORDER BY 2
+                        SELECT DISTINCT $1, u.key, 0, timestamptz ''epoch'' FROM unnest($2) AS u(key) ORDER BY 2
                         ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false', buckets[cardinality(buckets)])
-        USING r, v_now, r_keys;
+        USING r, r_keys;
         EXECUTE format('SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
                array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
                array_agg(t.tat_us ORDER BY t.key),

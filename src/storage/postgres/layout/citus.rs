@@ -49,7 +49,7 @@ RETURNING until";
 static ABSORB_ROUTE: AbsorbSql = AbsorbSql {
     lock: "
 INSERT INTO pglimit_buckets AS t (route, key, count, expires_at)
-SELECT $2, k, 0, now() FROM unnest($1::bytea[]) AS k ORDER BY k
+SELECT $2, k, 0, timestamptz 'epoch' FROM unnest($1::bytea[]) AS k ORDER BY k
 ON CONFLICT (route, key) DO UPDATE SET count = t.count WHERE false",
     read: "
 SELECT key, count, prev_count, pglimit_us(expires_at), coalesce(tat_us, 0), coalesce(log, '{}'),

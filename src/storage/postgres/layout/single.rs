@@ -32,11 +32,12 @@ ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy =
 RETURNING until";
 
 /// The write-back; logs travel as array literals (`{1,2}`): rows of
-/// different lengths cannot share one two-dimensional array.
+/// different lengths cannot share one two-dimensional array. A row it
+/// creates to lock ends at the epoch, over for every clock (`sql/batch.sql`).
 static ABSORB: AbsorbSql = AbsorbSql {
     lock: "
 INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-SELECT k, 0, now() FROM unnest($1::bytea[]) AS k ORDER BY k
+SELECT k, 0, timestamptz 'epoch' FROM unnest($1::bytea[]) AS k ORDER BY k
 ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false",
     read: "
 SELECT key, count, prev_count, pglimit_us(expires_at), coalesce(tat_us, 0), coalesce(log, '{}'),

@@ -122,8 +122,12 @@ BEGIN
         RETURN;
     END IF;
     -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+    -- A new row ends at the epoch, over for every clock: ending at v_now, it
+    -- was a live window to a call whose clock is earlier (its transaction
+    -- began first, then waited for this lock), and that call's take was
+    -- lost when the window ended moments later.
     INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-    SELECT DISTINCT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1
+    SELECT DISTINCT u.key, 0, timestamptz 'epoch' FROM unnest(p_keys) AS u(key) ORDER BY 1
     ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
 
     SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),

@@ -41,9 +41,10 @@ BEGIN
     IF coalesce(cardinality(p_keys), 0) = 0 THEN
         RETURN;
     END IF;
-    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
+    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row;
+    -- a new one ends at the epoch, over for every clock (see batch.sql).
     INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-    SELECT u.key, 0, v_now FROM unnest(p_keys) AS u(key) ORDER BY 1
+    SELECT u.key, 0, timestamptz 'epoch' FROM unnest(p_keys) AS u(key) ORDER BY 1
     ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
 
     -- Written for the executor: each row's times converted once, and
