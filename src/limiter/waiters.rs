@@ -62,6 +62,13 @@ struct Queue {
     changed: watch::Sender<u64>,
 }
 
+impl Queue {
+    /// Its first waiter looks again.
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
 /// A held request's place in its key's queue; leaving (dropping it) lets
 /// the next one recheck.
 pub struct Place<'w> {
@@ -104,12 +111,12 @@ impl Waiters {
     /// Room was freed on `key` (a lease released, heard through the
     /// instances' notifications): its first waiter rechecks now rather
     /// than at the time its denial named. A key nobody waits on costs a
-    /// map lookup.
+    /// map lookup and a count.
     pub fn wake(&self, key: &Key) {
         let queues = self.lock();
         self.wakes.fetch_add(1, Ordering::AcqRel);
         if let Some(queue) = queues.get(key) {
-            queue.changed.send_modify(|n| *n = n.wrapping_add(1));
+            queue.bump();
         }
     }
 
@@ -118,9 +125,7 @@ impl Waiters {
     pub fn wake_all(&self) {
         let queues = self.lock();
         self.wakes.fetch_add(1, Ordering::AcqRel);
-        for queue in queues.values() {
-            queue.changed.send_modify(|n| *n = n.wrapping_add(1));
-        }
+        queues.values().for_each(|queue| queue.bump());
     }
 
     /// How many wakes there have been. A request that checked before it
@@ -201,7 +206,7 @@ impl Drop for Place<'_> {
         if order.is_empty() {
             queues.remove(&self.key);
         } else if was_first {
-            self.queue.changed.send_modify(|n| *n = n.wrapping_add(1));
+            self.queue.bump();
         }
         drop((order, queues));
         let held = self.waiters.held.fetch_sub(1, Ordering::AcqRel) - 1;
