@@ -205,12 +205,13 @@ reset_stream() {
 # build takes a few minutes on 2 cores; later ones are incremental). The
 # binaries are copied to REPORT_BIN, CHART_BIN, RUNLIMIT_BIN and SEED_BIN.
 build_bench_workspace() {
-    local dir=$TARGET_DIR/bench bin
-    log "building the report, the chart and the Rust peers (cargo build --release, bench/Cargo.toml)"
-    cargo build --release --locked --quiet --manifest-path bench/Cargo.toml --target-dir "$dir"
+    # The profile of pglimit's build (build_for_bench): dev for a smoke run.
+    local dir=$TARGET_DIR/bench profile=${BENCH_BUILD_DIR##*/} bin
+    log "building the report, the chart and the Rust peers (bench/Cargo.toml, $BENCH_PROFILE profile)"
+    cargo build --locked --quiet --profile "$BENCH_PROFILE" --manifest-path bench/Cargo.toml --target-dir "$dir"
     for bin in bench-report bench-chart peer-runlimit peer-seed; do
-        [ -x "$dir/release/$bin" ] || die "$bin was not found in $dir/release after the build"
-        cp "$dir/release/$bin" "$WORK/bin/$bin"
+        [ -x "$dir/$profile/$bin" ] || die "$bin was not found in $dir/$profile after the build"
+        cp "$dir/$profile/$bin" "$WORK/bin/$bin"
     done
     REPORT_BIN=$WORK/bin/bench-report
     CHART_BIN=$WORK/bin/bench-chart

@@ -97,6 +97,22 @@ build_pglimit() {
     cargo build --locked --quiet "$@" --bin pglimit --example ceiling --example grpc-load
 }
 
+# The build a benchmark runs, into BENCH_BUILD_DIR (its profile in
+# BENCH_PROFILE): release; but a smoke run ($1 = 1: every step must produce
+# figures, nothing is timed) takes the dev build that `cargo test` left, so
+# that CI spends no five minutes on a release build whose speed nobody reads.
+build_for_bench() {
+    if [ "$1" = 1 ]; then
+        log "building pglimit and its load examples (dev profile: a short run that times nothing)"
+        BENCH_PROFILE=dev BENCH_BUILD_DIR=$(target_dir)/debug
+        build_pglimit
+    else
+        log "building pglimit and its load examples (cargo build --release)"
+        BENCH_PROFILE=release BENCH_BUILD_DIR=$(target_dir)/release
+        build_pglimit --release
+    fi
+}
+
 # Prints the directory holding initdb, pg_ctl and postgres: the newest
 # /usr/lib/postgresql/<v>/bin, else initdb's on PATH. Returns 1 when there is
 # none; with --install, installs the Debian package postgresql in that case.

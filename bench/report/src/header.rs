@@ -5,7 +5,7 @@ use crate::render::Run;
 
 /// The title and one line per setting of the run and per system measured.
 pub fn lines(run: &Run) -> Vec<String> {
-    let smoke = if run.m("smoke") == "1" { " (smoke run: too short to quote)" } else { "" };
+    let smoke = if run.m("smoke") == "1" { " (smoke run, dev build: not to quote)" } else { "" };
     let mut lines = vec![format!("# pglimit throughput, {}{smoke}", run.m("date")), String::new()];
     lines.extend(machine(run));
     if run.metrics_off {
@@ -52,10 +52,11 @@ fn machine(run: &Run) -> [String; 4] {
             m("postgres")
         ),
         format!(
-            "- pglimit {}, {}, release build, default settings (4 connections, one call \
+            "- pglimit {}, {}, {} build, default settings (4 connections, one call \
              in flight, the rest spares for stalls; cleanup rate 0.01)",
             m("commit"),
-            m("rustc")
+            m("rustc"),
+            m("build")
         ),
     ]
 }
@@ -109,16 +110,18 @@ fn peers(run: &Run) -> [String; 4] {
         ),
         format!(
             "- runlimit-postgres {} (PostgresLimiter, its migrations in a database of its own, default \
-             PostgresConfig, SQLx {} pool of 16) behind axum, release build (`bench/peer-runlimit/`)",
+             PostgresConfig, SQLx {} pool of 16) behind axum, {} build (`bench/peer-runlimit/`)",
             m("runlimit"),
-            m("runlimit_sqlx")
+            m("runlimit_sqlx"),
+            m("build")
         ),
         format!(
             "- Seed service: the seed design as a service, axum {} and an SQLx {} pool of 32 (no test before \
              acquire), one reference upsert per check on SHA-256 of the key, admitted while the count is at most \
-             the limit, in a database of its own (`seed`), release build (`bench/peer-seed/`)",
+             the limit, in a database of its own (`seed`), {} build (`bench/peer-seed/`)",
             m("seed_axum"),
-            m("seed_sqlx")
+            m("seed_sqlx"),
+            m("build")
         ),
         format!(
             "- Load: wrk {} with `bench/check.lua`{grpc}, load generator, server and Postgres on the same machine",
