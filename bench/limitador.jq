@@ -3,7 +3,8 @@
 # ("<system> <admitted>" lines) and the run's $date, $commit, $machine,
 # $setup, $skipped, $exact_n and $exact_limit.
 
-def systems: ["pglimit", "limitador-redis", "limitador-redis_cached", "limitador-memory"];
+def systems: ["pglimit", "pglimit-async", "pglimit-unlogged", "limitador-redis", "limitador-redis_cached", "limitador-memory"];
+def pglimits: systems | map(select(startswith("pglimit")));
 def scenarios: ["allow-random", "allow-hot", "deny"];
 
 # A number with n decimals (jq has no printf).
@@ -31,6 +32,8 @@ def admitted:
 def promise:
   {
     "pglimit": "exact: each check is one transaction on its key's row in PostgreSQL (fsync on), shared by every instance",
+    "pglimit-async": "exact and shared as pglimit; its database set to `synchronous_commit = off`, so a commit does not wait for its flush: a crash of PostgreSQL loses the counts of its last moments (at most 3 × `wal_writer_delay`, 600 ms by default), which are then admitted again",
+    "pglimit-unlogged": "exact and shared as pglimit; `PGLIMIT_UNLOGGED=true`: no write-ahead log, so a crash or failover of PostgreSQL empties every counter, as a restart of Redis without persistence does",
     "limitador-redis": "not exact under concurrency: \"this implementation does not guarantee exact limits\" (`limitador/src/storage/redis/redis_async.rs`): it reads the counter (`MGET`), then increments it in a second round trip; shared by every instance, in a Redis without persistence",
     "limitador-redis_cached": "over the limit between flushes: \"We can go over limits\" (`redis_cached.rs`): each instance counts in its memory, a counter not yet cached as 0, and flushes to Redis every 1 s",
     "limitador-memory": "per instance: counters in the process, no shared store (n instances admit n × the limit); a read, then an add (`in_memory.rs`)"
@@ -58,19 +61,20 @@ def table(p; name):
 
 "# bench/run --limitador, \($date), commit \($commit)",
 "",
-"\($machine); \($setup). pglimit on a throwaway PostgreSQL (fsync and synchronous_commit on); limitador 2981b2b (`vendor/limitador/`) with Redis from Debian on loopback, no persistence. The same limit and fixed window of 1 h on both: allow-random on keys k1..k10000 with a limit that never denies, allow-hot on one key, deny on deny1..deny100 at limit 1, each used up beforehand. HTTP: wrk with `bench/check.lua` (pglimit's `POST /check` ad hoc form; limitador's `POST /check_and_report`); gRPC: `bench/grpc_load.rs`, `ShouldRateLimit` with one descriptor `[{key}]` (pglimit: a policy with one bucket on `key`; limitador: `descriptors[0].key`). CPU from `/proc`: the service, its store (the postgres processes or redis-server) and the rest of the machine (load generators, kernel).",
+"\($machine); \($setup). pglimit on a throwaway PostgreSQL (fsync and synchronous_commit on, but for pglimit-async); limitador 2981b2b (`vendor/limitador/`) with Redis from Debian on loopback, no persistence. The same limit and fixed window of 1 h on both: allow-random on keys k1..k10000 with a limit that never denies, allow-hot on one key, deny on deny1..deny100 at limit 1, each used up beforehand. HTTP: wrk with `bench/check.lua` (pglimit's `POST /check` ad hoc form; limitador's `POST /check_and_report`); gRPC: `bench/grpc_load.rs`, `ShouldRateLimit` with one descriptor `[{key}]` (pglimit: a policy with one bucket on `key`; limitador: `descriptors[0].key`). CPU from `/proc`: the service, its store (the postgres processes or redis-server) and the rest of the machine (load generators, kernel).",
 "",
 (if $skipped != "" then "**\($skipped)**\n" else empty end),
 "## pglimit ÷ limitador on Redis",
 "",
-"Checks/s above 1: pglimit serves more; p99 below 1: pglimit's is lower.",
+"Checks/s above 1: pglimit serves more; p99 below 1: pglimit's is lower. pglimit as shipped, then at the durability of limitador's Redis (see Exactness).",
 "",
-"| scenario | clients | HTTP checks/s | HTTP p99 | gRPC checks/s | gRPC p99 |",
-"|---|---:|---:|---:|---:|---:|",
-(scenarios[] as $sc | clients[] as $c
- | [find("pglimit"; "http"; $sc; $c), find("limitador-redis"; "http"; $sc; $c),
-    find("pglimit"; "grpc"; $sc; $c), find("limitador-redis"; "grpc"; $sc; $c)] as [$ph, $lh, $pg, $lg]
- | "| \($sc) | \($c) | \(ratio($ph.rps; $lh.rps)) | \(ratio($ph.p99_us; $lh.p99_us)) | \(ratio($pg.rps; $lg.rps)) | \(ratio($pg.p99_us; $lg.p99_us)) |"),
+"| scenario | clients | pglimit | HTTP checks/s | HTTP p99 | gRPC checks/s | gRPC p99 |",
+"|---|---:|---|---:|---:|---:|---:|",
+(scenarios[] as $sc | clients[] as $c | pglimits[] as $s
+ | [find($s; "http"; $sc; $c), find("limitador-redis"; "http"; $sc; $c),
+    find($s; "grpc"; $sc; $c), find("limitador-redis"; "grpc"; $sc; $c)] as [$ph, $lh, $pg, $lg]
+ | select($ph != null or $pg != null)
+ | "| \($sc) | \($c) | \($s) | \(ratio($ph.rps; $lh.rps)) | \(ratio($ph.p99_us; $lh.p99_us)) | \(ratio($pg.rps; $lg.rps)) | \(ratio($pg.p99_us; $lg.p99_us)) |"),
 "",
 "## Exactness",
 "",
