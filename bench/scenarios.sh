@@ -2,9 +2,8 @@
 # shellcheck disable=SC2034 # its settings are read by bench/run
 # Sourced by bench/run, whose settings and functions it uses: the policy and
 # algorithm scenarios (pglimit's policies and algorithms, their raw baseline,
-# the concurrency curve), the seed service, the checks during a stream of
-# resets and the build of bench/'s workspace, kept apart so that run stays
-# readable.
+# the concurrency curve), the checks during a stream of resets and the build
+# of bench/'s workspace, kept apart so that run stays readable.
 
 # --- settings ----------------------------------------------------------------
 
@@ -137,28 +136,6 @@ run_curve() {
             run_wrk "$system" curve "$c" "$url" 200
         fi
     done
-}
-
-# The seed service (bench/peer-seed/) in its database: the main table's
-# scenarios, then the curve. Leaves its peak RSS in SEED_RSS.
-run_seed() {
-    local port="" c s pid
-    free_port port
-    start "$WORK/seed.log" env DATABASE_URL="$SEED_URL" PEER_BIND="127.0.0.1:$port" "$SEED_BIN"
-    pid=$STARTED
-    wait_http "http://127.0.0.1:$port/healthz" "$pid" "$WORK/seed.log"
-    prefill_deny "http://127.0.0.1:$port"
-    STATS_DB=seed
-    for c in $CONCURRENCY; do
-        for s in allow-random allow-hot; do
-            run_wrk seed "$s" "$c" "http://127.0.0.1:$port" 200
-        done
-        run_wrk seed deny "$c" "http://127.0.0.1:$port" 429
-    done
-    run_curve seed "http://127.0.0.1:$port"
-    STATS_DB=bench
-    SEED_RSS=$(peak_rss_kib "$pid")
-    stop "$pid"
 }
 
 # Checks during a stream of resets, for SYSTEM (pglimit or the baseline) at
