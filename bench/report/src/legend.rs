@@ -39,6 +39,11 @@ this run: below 1, the metrics cost that much (the tower-http layers are on in b
 statements are those of its own database (`nometrics`), its probe too must have been decided by \
 Postgres, and /metrics must have answered 200 with metrics on and 404 with them off.";
 
+/// Why a marked fall in a budget table is a cue, not a verdict.
+const SEQUENTIAL: &str = "The systems compared run one after the other, so the machine's drift \
+     between them counts as a change too: `bench/ab` alternates them in rounds, and is the measure \
+     to take before acting on a mark";
+
 fn actions(run: &Run) -> String {
     format!(
         "- *× without blocks and overrides* (the table under the deny path's): the requests/s of pglimit \
@@ -48,7 +53,7 @@ fn actions(run: &Run) -> String {
          1, in percent. A fall of more than {ACTIONS_BUDGET_PERCENT}% (their budget) is in bold and marked; \
          it never fails the run. Its statements are those of its own database (`actions`), its probe too \
          must have been decided by Postgres, and the run checks that pglimit had no block and no override, \
-         and pglimit-actions all of them.",
+         and pglimit-actions all of them. {SEQUENTIAL} (`AB_BLOCKS`).",
         run.count("actions_blocks_expected"),
         if run.metrics_off { " and its metrics-off run" } else { "" },
     )
@@ -59,7 +64,7 @@ fn baseline(run: &Run, rev: &str) -> String {
         "- *× baseline*: pglimit's requests/s over those of pglimit at {rev} (`BENCH_BASELINE`) in the \
          same scenario and client count, the baseline measured in this run right after {}: below \
          1, the current code is slower. The baseline's statements are those of its own database \
-         (`baseline`), and its probe too must have been decided by Postgres.",
+         (`baseline`), and its probe too must have been decided by Postgres. {SEQUENTIAL}.",
         run.baseline_after()
     )
 }
@@ -75,7 +80,7 @@ fn deny(run: &Run) -> String {
          path's requests/s over the HTTP ceiling's (its only scenario: parse the JSON, answer a fixed \
          body) at the same client count, to three decimals; *pglimit vs …*: pglimit's fraction over the \
          other's, minus 1, in percent (the ceiling is the same, so it is also the change in requests/s). \
-         A fall of more than {DENY_BUDGET_PERCENT}% is in bold and marked."
+         A fall of more than {DENY_BUDGET_PERCENT}% is in bold and marked. {SEQUENTIAL}."
     )
 }
 
