@@ -25,7 +25,9 @@ The performance targets in this run (one run: the p99 targets ask for three runs
 of this run for each, *met*, or *missed by* its distance from the bound as a share of the bound. Service CPU per \
 check is the service's CPU µs per request (the CPU column) over the HTTP ceiling's at the same client count, and \
 the deny path's requests/s over the ceiling's; of those and of the algorithms, the worst client count is shown. \
-RSS is pglimit's peak (VmHWM) over all its measurements. A missed target never fails the run.";
+RSS is pglimit's peak (VmHWM) over all its measurements. A missed target never fails the run. A ratio to raw \
+Postgres pairs one measurement of each, taken minutes apart: near its bound, take `bench/ab`'s, which alternates \
+raw pgbench and pglimit in rounds (on a shared host single rounds of one build ranged 1.36–1.94 × raw).";
 
 /// CPU µs per request of the server process from bench/run's `cpu` file
 /// (ticks: server, Postgres, busy, idle); NaN when it is missing.
