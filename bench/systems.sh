@@ -5,19 +5,19 @@
 
 # Starts the server of NAME (the command after PATH, logging to
 # $WORK/NAME.log), which listens on $port, and waits until PATH answers
-# there. Its pid goes to SERVER_PID.
+# there. Its pid goes to SERVER_PID, its address to SERVER_URL.
 serve() {
     local name=$1 path=$2
     shift 2
     start "$WORK/$name.log" "$@"
-    SERVER_PID=$STARTED
-    wait_http "http://127.0.0.1:$port$path" "$SERVER_PID" "$WORK/$name.log"
+    SERVER_PID=$STARTED SERVER_URL=http://127.0.0.1:$port
+    wait_http "$SERVER_URL$path" "$SERVER_PID" "$WORK/$name.log"
 }
 
-# SYSTEM on the server at $port: its deny keys put over their limit, then at
-# each client count the allow SCENARIOS and the deny flood.
+# SYSTEM on the server just served: its deny keys put over their limit, then
+# at each client count the allow SCENARIOS and the deny flood.
 measure_http() {
-    local system=$1 scenarios=$2 url=http://127.0.0.1:$port c s
+    local system=$1 scenarios=$2 url=$SERVER_URL c s
     prefill_deny "$url"
     for c in $CONCURRENCY; do
         for s in $scenarios; do
@@ -46,7 +46,7 @@ measure_ceiling() {
     free_port port
     serve ceiling / "$CEILING_BIN" "127.0.0.1:$port"
     for c in $CONCURRENCY; do
-        run_wrk ceiling allow-random "$c" "http://127.0.0.1:$port" 200
+        run_wrk ceiling allow-random "$c" "$SERVER_URL" 200
     done
     stop "$SERVER_PID"
 }
@@ -63,7 +63,7 @@ pglimit_env() {
 # Only this instance serves gRPC: the proxy scenarios are measured on it, right
 # after /check's policy form, against which the report sets them.
 measure_pglimit() {
-    local grpc_port slow_env url
+    local grpc_port slow_env
     free_port port
     free_port grpc_port
     GRPC_ADDR=127.0.0.1:$grpc_port
@@ -75,15 +75,14 @@ measure_pglimit() {
     measure_http pglimit "allow-random allow-hot allow-policy allow-auth allow-grpc"
     # The curve first, on the state the allow-random points above left; then the
     # policies and algorithms, whose rows would otherwise weigh on it.
-    url=http://127.0.0.1:$port
-    run_curve pglimit "$url"
-    run_policy_scenarios pglimit "$url"
-    run_deny_resets pglimit "$url"
+    run_curve pglimit "$SERVER_URL"
+    run_policy_scenarios pglimit "$SERVER_URL"
+    run_deny_resets pglimit "$SERVER_URL"
     PGLIMIT_RSS=$(peak_rss_kib "$SERVER_PID")
-    PGLIMIT_READY=$(curl -s "$url/readyz" || true)
-    PGLIMIT_METRICS_STATUS=$(metrics_status "$url")
+    PGLIMIT_READY=$(curl -s "$SERVER_URL/readyz" || true)
+    PGLIMIT_METRICS_STATUS=$(metrics_status "$SERVER_URL")
     PGLIMIT_BLOCKS=$(active_blocks bench)
-    PGLIMIT_OVERRIDE_PROBE=$(override_probe "$url")
+    PGLIMIT_OVERRIDE_PROBE=$(override_probe "$SERVER_URL")
     stop "$SERVER_PID"
     PGLIMIT_WARNINGS=$(log_warnings "$WORK/pglimit.log")
 }
@@ -101,10 +100,10 @@ measure_nometrics() {
     # Of the policy and algorithm scenarios, only the login policy: a full set
     # would add as much again to the run for a figure (the metrics' cost) the
     # others show.
-    run_policy_scenarios pglimit-nometrics "http://127.0.0.1:$port" allow-login
+    run_policy_scenarios pglimit-nometrics "$SERVER_URL" allow-login
     STATS_DB=bench
     NOMETRICS_RSS=$(peak_rss_kib "$SERVER_PID")
-    NOMETRICS_METRICS_STATUS=$(metrics_status "http://127.0.0.1:$port")
+    NOMETRICS_METRICS_STATUS=$(metrics_status "$SERVER_URL")
     stop "$SERVER_PID"
     NOMETRICS_WARNINGS=$(log_warnings "$WORK/nometrics.log")
 }
@@ -127,9 +126,9 @@ measure_actions() {
     measure_http pglimit-actions "allow-random allow-policy"
     STATS_DB=bench
     ACTIONS_RSS=$(peak_rss_kib "$SERVER_PID")
-    ACTIONS_METRICS_STATUS=$(metrics_status "http://127.0.0.1:$port")
+    ACTIONS_METRICS_STATUS=$(metrics_status "$SERVER_URL")
     ACTIONS_BLOCKS=$(active_blocks actions)
-    ACTIONS_OVERRIDE_PROBE=$(override_probe "http://127.0.0.1:$port")
+    ACTIONS_OVERRIDE_PROBE=$(override_probe "$SERVER_URL")
     stop "$SERVER_PID"
     ACTIONS_WARNINGS=$(log_warnings "$WORK/actions.log")
 }
@@ -152,15 +151,15 @@ measure_poolers() {
             PGLIMIT_POLICIES="$POLICIES" "$PGLIMIT_BIN"
         STATS_DB=pooled_$pool_mode
         measure_http "pglimit-$pool_mode" allow-random
-        run_policy_scenarios "pglimit-$pool_mode" "http://127.0.0.1:$port" allow-login
+        run_policy_scenarios "pglimit-$pool_mode" "$SERVER_URL" allow-login
         STATS_DB=bench
         stop "$SERVER_PID"
         stop "$bouncer_pid"
     done
 }
 
-# Starts Debian's PgBouncer in POOL_MODE on PORT before PostgreSQL, and waits
-# until it listens; its pid is in STARTED.
+# Starts Debian's PgBouncer in POOL_MODE on PORT, in front of the bench's
+# PostgreSQL, and waits until it listens; its pid is in STARTED.
 start_pgbouncer() {
     local pool_mode=$1 bouncer_port=$2 ini=$PGDIR/pgbouncer-$1.ini
     printf '%s\n' "[databases]" "* = host=127.0.0.1 port=$PGPORT user=postgres" "[pgbouncer]" \
@@ -186,8 +185,8 @@ measure_baseline() {
     serve baseline /healthz env "${PGLIMIT_ENV[@]}" PGLIMIT_POLICIES="$BASELINE_POLICIES" "$BASELINE_BIN"
     STATS_DB=baseline
     measure_http baseline "allow-random allow-hot allow-policy"
-    run_policy_scenarios baseline "http://127.0.0.1:$port"
-    run_deny_resets baseline "http://127.0.0.1:$port"
+    run_policy_scenarios baseline "$SERVER_URL"
+    run_deny_resets baseline "$SERVER_URL"
     STATS_DB=bench
     BASELINE_RSS=$(peak_rss_kib "$SERVER_PID")
     stop "$SERVER_PID"
@@ -200,16 +199,16 @@ measure_rlflex() {
     serve rlflex /healthz env DATABASE_URL="$DATABASE_URL" PEER_BIND="127.0.0.1:$port" \
         node bench/peer-rlflex/server.js
     measure_http rlflex "allow-random allow-hot"
-    run_curve rlflex "http://127.0.0.1:$port"
+    run_curve rlflex "$SERVER_URL"
     RLFLEX_RSS=$(peak_rss_kib "$SERVER_PID")
     stop "$SERVER_PID"
 
     free_port port
     serve rlflex-block /healthz env DATABASE_URL="$DATABASE_URL" PEER_BIND="127.0.0.1:$port" \
         PEER_INMEMORY_BLOCK=1 node bench/peer-rlflex/server.js
-    prefill_deny "http://127.0.0.1:$port"
+    prefill_deny "$SERVER_URL"
     for c in $CONCURRENCY; do
-        run_wrk rlflex deny-inmemory-block "$c" "http://127.0.0.1:$port" 429
+        run_wrk rlflex deny-inmemory-block "$c" "$SERVER_URL" 429
     done
     stop "$SERVER_PID"
 }
@@ -233,7 +232,7 @@ measure_seed() {
     serve seed /healthz env DATABASE_URL="$SEED_URL" PEER_BIND="127.0.0.1:$port" "$SEED_BIN"
     STATS_DB=seed
     measure_http seed "allow-random allow-hot"
-    run_curve seed "http://127.0.0.1:$port"
+    run_curve seed "$SERVER_URL"
     STATS_DB=bench
     SEED_RSS=$(peak_rss_kib "$SERVER_PID")
     stop "$SERVER_PID"
