@@ -2,9 +2,12 @@
 //! only (`hostnossl ... reject`, as managed services require), with a
 //! certificate authority this test makes: the URL parameters users write
 //! (`sslmode`, `sslrootcert`) decide, and every failure stops start-up
-//! with a message that names the problem.
+//! with a message that names the problem. `sslmode=prefer`, which needs a
+//! server that also takes connections without TLS, has one of its own.
 
 mod common;
+#[path = "tls/prefer.rs"]
+mod prefer;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -92,6 +95,8 @@ fn server() -> &'static TlsServer {
         let client = (certs.join("client.crt"), certs.join("client.key"));
         std::fs::write(&client.0, cert).expect("client.crt");
         std::fs::write(&client.1, key).expect("client.key");
+        // A client key others may read is refused, as libpq refuses it.
+        chmod(&client.1, 0o600);
         TlsServer { cluster, ca, stranger, client, _certs: certs }
     })
 }
@@ -105,6 +110,11 @@ fn write_private(path: &Path, text: &str, owner: &std::fs::Metadata) {
     std::fs::write(path, text).expect("write");
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid())).expect("chown");
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 fn append(path: &Path, text: &str) {
@@ -215,4 +225,55 @@ async fn a_client_certificate_logs_in_a_role_without_a_password() {
     let without = url.split("&sslcert").next().expect("the URL").to_owned();
     let error = start(&without).await.err().expect("no certificate, no login");
     assert!(error.contains("certificate"), "{error}");
+}
+
+#[tokio::test]
+async fn require_with_an_sslrootcert_of_another_authority_stops_start_up_naming_sslrootcert() {
+    let error = start(&url("localhost", &ca_query("require", &server().stranger))).await.err();
+    let error = error.expect("refused, as libpq checks the CA under require once it has one");
+    assert!(error.contains("UnknownIssuer") && error.contains("sslrootcert"), "{error}");
+    start(&url("localhost", &ca_query("require", &server().ca))).await.expect("the server's own CA passes");
+}
+
+#[tokio::test]
+async fn require_with_sslrootcert_and_a_name_the_certificate_lacks_is_refused_as_stricter_than_libpq() {
+    let error = start(&url("127.0.0.1", &ca_query("require", &server().ca))).await.err().expect("refused");
+    assert!(error.contains("not valid for name \"127.0.0.1\""), "{error}");
+    let said = "sslmode=require with sslrootcert is checked here as verify-full, stricter than libpq";
+    assert!(error.contains(said), "{error}");
+}
+
+#[tokio::test]
+async fn require_with_sslrootcert_system_is_refused_naming_sslmode_and_sslrootcert() {
+    let error = start(&url("localhost", "sslmode=require&sslrootcert=system")).await.err().expect("refused");
+    assert!(
+        error.contains("DATABASE_URL's sslrootcert is system, which needs sslmode=verify-full"),
+        "{error}"
+    );
+    assert!(error.contains("DATABASE_URL's sslmode is require"), "{error}");
+}
+
+#[tokio::test]
+async fn an_sslkey_that_group_or_others_may_read_stops_start_up_naming_the_file() {
+    let (cert, key) = &server().client;
+    // 0640 passes only when root owns the key: give it to the server's (non-root) account.
+    let user = std::fs::metadata(server().cluster.data_dir()).expect("the data directory").uid();
+    for (mode, owner) in [(0o644, None), (0o640, Some(user))] {
+        let exposed = key.with_extension(format!("{mode:o}.key"));
+        std::fs::copy(key, &exposed).expect("a copy of the key");
+        chmod(&exposed, mode);
+        std::os::unix::fs::chown(&exposed, owner, None).expect("chown");
+        let query = format!(
+            "{}&sslcert={}&sslkey={}",
+            ca_query("verify-full", &server().ca),
+            cert.display(),
+            exposed.display()
+        );
+        let error = start(&url("localhost", &query)).await.err().expect("refused");
+        let named = format!(
+            "DATABASE_URL's sslkey: {} has group or others access (mode 0{mode:o})",
+            exposed.display()
+        );
+        assert!(error.contains(&named), "{error}");
+    }
 }

@@ -2,16 +2,17 @@
 //! what their errors mean for the instance. What start-up does to the
 //! database first (migrations, persistence, Citus) is in `prepare.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use super::citus::Node;
 use super::layout::Layout;
 use super::pooler::{quote_ident, Pooler, Settings};
+use super::tls::{self, Target};
 use crate::storage::StoreError;
 
 #[path = "prepare.rs"]
@@ -21,15 +22,16 @@ pub use prepare::migrate;
 /// Everything needed to open a configured connection, shared by the lanes,
 /// the cleanup and the probes.
 pub(super) struct Session {
-    connect: PgConnectOptions,
+    connect: Target,
     /// How long a call may wait on the server before its connection is dropped.
     hard_limit: Duration,
     /// Bumped when Postgres comes back, so lanes drop connections from before.
     generation: AtomicU64,
     /// Set by [`Session::prepare`]; a single node until then.
     layout: OnceLock<Layout>,
-    /// `connect` without TLS, once a handshake failed under `sslmode=prefer`.
-    plaintext: OnceLock<PgConnectOptions>,
+    /// Whether the last connection to the URL's server went without TLS
+    /// because its handshake failed under `sslmode=prefer`.
+    fell_back: AtomicBool,
     pooler: Pooler,
     longest_wait: Duration,
     /// How soon a caller may stop waiting and answer without Postgres.
@@ -53,11 +55,11 @@ impl Session {
     /// `longest_wait` is the longest any caller waits for an answer; every
     /// server-side limit ends before it.
     pub fn new(url: &str, longest_wait: Duration, reach: Reach) -> Result<Self, sqlx::Error> {
-        let connect = super::tls::connect_options(url)?;
+        let connect = tls::connect_options(url)?;
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
-        let (generation, layout, plaintext) = (AtomicU64::new(0), OnceLock::new(), OnceLock::new());
+        let (generation, layout, fell_back) = (AtomicU64::new(0), OnceLock::new(), AtomicBool::new(false));
         let path = reach.schema.as_deref().map(quote_ident);
         let first_settings = Settings::new(longest_wait, path.as_deref());
         let (pooler, schema, settings) = (reach.pooler, reach.schema, OnceLock::new());
@@ -66,7 +68,7 @@ impl Session {
             hard_limit,
             generation,
             layout,
-            plaintext,
+            fell_back,
             pooler,
             longest_wait,
             patience: longest_wait,
@@ -104,9 +106,15 @@ impl Session {
         }
     }
 
-    /// How connections are opened, for connections managed elsewhere (the listener's).
+    /// How connections are opened, for connections managed elsewhere (the
+    /// listener's pool, which keeps them): as the last one to the URL's
+    /// server was, so without TLS only if that one's handshake failed.
     pub fn connect_options(&self) -> PgConnectOptions {
-        self.plaintext.get().unwrap_or(&self.connect).clone()
+        let options = self.connect.options().clone();
+        match self.fell_back.load(Ordering::Acquire) {
+            true => options.ssl_mode(PgSslMode::Disable),
+            false => options,
+        }
     }
 
     pub fn with_patience(mut self, patience: Duration) -> Self {
@@ -130,13 +138,7 @@ impl Session {
     /// coordinator's credentials and TLS settings), or to the URL's server.
     pub async fn open_on(&self, node: Option<&Node>) -> Result<PgConnection, sqlx::Error> {
         let open = async {
-            let mut conn = match node {
-                None => self.connect().await?,
-                Some(node) => {
-                    let options = self.connect_options().host(&node.host).port(node.port);
-                    PgConnection::connect_with(&options).await?
-                }
-            };
+            let mut conn = self.connect(node).await?;
             if self.pooler != Pooler::Transaction {
                 conn.execute(self.settings().for_session()).await?;
             }
@@ -151,20 +153,30 @@ impl Session {
 
     /// A connection as `sslmode` asks; under `prefer`, as libpq does, one
     /// without TLS when the handshake fails (a certificate rustls cannot
-    /// read, such as the X.509 v1 one Citus makes), and so from then on.
-    async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
-        let tried = self.plaintext.get().unwrap_or(&self.connect);
-        match PgConnection::connect_with(tried).await {
-            Err(e) if self.plaintext.get().is_none() && super::tls::may_fall_back(&self.connect, &e) => {
-                let plaintext = self.connect.clone().ssl_mode(sqlx::postgres::PgSslMode::Disable);
-                let conn = PgConnection::connect_with(&plaintext).await?;
-                tracing::warn!(error = %e, "TLS to PostgreSQL failed under sslmode=prefer, so pglimit connects \
-                    without it, as libpq does; set sslmode=verify-full (or require) to insist, disable to skip the attempt");
-                let _ = self.plaintext.set(plaintext);
-                Ok(conn)
+    /// read, such as the X.509 v1 one Citus makes), for this connection
+    /// only: the next one tries TLS again.
+    async fn connect(&self, node: Option<&Node>) -> Result<PgConnection, sqlx::Error> {
+        let options = match node {
+            None => self.connect.options().clone(),
+            Some(node) => self.connect.options().clone().host(&node.host).port(node.port),
+        };
+        let error = match PgConnection::connect_with(&options).await {
+            Err(e) if tls::may_fall_back(&options, &e) => e,
+            result => {
+                if node.is_none() && result.is_ok() {
+                    self.fell_back.store(false, Ordering::Release);
+                }
+                return result;
             }
-            result => result,
+        };
+        let conn = PgConnection::connect_with(&options.clone().ssl_mode(PgSslMode::Disable)).await?;
+        tracing::warn!(error = %error, host = options.get_host(), "TLS to PostgreSQL failed under sslmode=prefer, \
+            so this connection goes without it, as libpq does (the next one tries TLS again); set \
+            sslmode=verify-full (or require) to insist, disable to skip the attempt");
+        if node.is_none() {
+            self.fell_back.store(true, Ordering::Release);
         }
+        Ok(conn)
     }
 
     /// Which connections are current: a lane holding an older one reconnects.
