@@ -1,21 +1,30 @@
-//! The requests held by `max_wait`: one queue per key, served in arrival
-//! order within this instance, a bound on how many are held, and the two
-//! ways to hurry them: [`Waiters::wake`] (room was freed on a key) and
-//! [`Waiters::close`] (the service is shutting down).
+//! The requests held by `max_wait`: one queue per key waited on, served in
+//! arrival order within this instance, a bound on how many are held (and a
+//! share of it per key), and the two ways to hurry them: [`Waiters::wake`]
+//! (room was freed on a key) and [`Waiters::close`] (the service is
+//! shutting down).
 //!
 //! Queues signal through `watch` channels rather than `Notify`: a waiter
 //! that is between two looks at its queue still sees a change made then.
 
-use std::collections::{HashMap, VecDeque};
+mod place;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use place::Place;
+use place::Queues;
+
 use crate::policy::MAX_WAIT_CEILING;
 use crate::storage::Key;
 use crate::telemetry;
+
+/// A key may hold at most this fraction (1 / `KEY_SHARE`) of the pool, so
+/// that the callers of one key cannot take every place.
+const KEY_SHARE: usize = 10;
 
 /// What the operator allows: how many requests may be held at once
 /// (`PGLIMIT_MAX_WAITING`) and the longest `max_wait` accepted.
@@ -33,6 +42,12 @@ impl WaitLimits {
         let fits = request_timeout.saturating_sub(longest_check + Duration::from_secs(1));
         Self { max_waiting, max_wait: fits.min(MAX_WAIT_CEILING) }
     }
+
+    /// The most requests held on one key waited on: a tenth of the pool,
+    /// rounded up (so at least 1 while waiting is on).
+    pub fn per_key(&self) -> usize {
+        self.max_waiting.div_ceil(KEY_SHARE)
+    }
 }
 
 impl Default for WaitLimits {
@@ -45,7 +60,7 @@ impl Default for WaitLimits {
 
 pub struct Waiters {
     limits: WaitLimits,
-    queues: Mutex<HashMap<Key, Arc<Queue>>>,
+    queues: Mutex<Queues>,
     held: AtomicUsize,
     tickets: AtomicU64,
     closing: watch::Sender<bool>,
@@ -53,31 +68,6 @@ pub struct Waiters {
     polls: AtomicBool,
     /// Bumped by every wake, under the `queues` lock.
     wakes: AtomicU64,
-}
-
-/// The waiters on one key, first come first.
-struct Queue {
-    order: Mutex<VecDeque<u64>>,
-    /// Bumped when the front changes or the key is woken.
-    changed: watch::Sender<u64>,
-}
-
-impl Queue {
-    /// Its first waiter looks again.
-    fn bump(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-}
-
-/// A held request's place in its key's queue; leaving (dropping it) lets
-/// the next one recheck.
-pub struct Place<'w> {
-    waiters: &'w Waiters,
-    key: Key,
-    ticket: u64,
-    queue: Arc<Queue>,
-    pub changed: watch::Receiver<u64>,
-    pub closing: watch::Receiver<bool>,
 }
 
 impl Waiters {
@@ -129,8 +119,8 @@ impl Waiters {
     }
 
     /// How many wakes there have been. A request that checked before it
-    /// entered its queue compares this before and after: a wake in between
-    /// found no queue to tell, so it rechecks at once.
+    /// entered a queue (or moved to another) compares this before and after:
+    /// a wake in between found it in no queue to tell, so it rechecks at once.
     pub fn wakes(&self) -> u64 {
         self.wakes.load(Ordering::Acquire)
     }
@@ -158,59 +148,38 @@ impl Waiters {
     }
 
     /// A place at the back of `key`'s queue, or `None` when
-    /// `PGLIMIT_MAX_WAITING` requests are held already, or the service is
-    /// shutting down.
+    /// `PGLIMIT_MAX_WAITING` requests are held already, or `key`'s share of
+    /// them ([`WaitLimits::per_key`]), or the service is shutting down.
     pub fn enter(&self, key: Key) -> Option<Place<'_>> {
         if self.limits.max_waiting == 0 {
             return None; // waiting is off: no series, nothing to count
         }
-        let admitted = self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < self.limits.max_waiting).then_some(n + 1)
-        });
-        if admitted.is_err() || self.is_closed() {
-            if admitted.is_ok() {
-                self.held.fetch_sub(1, Ordering::AcqRel);
-            }
+        let mut queues = self.lock();
+        if self.is_closed() || !self.has_room(&queues, &key) || !self.take_place() {
+            drop(queues);
             telemetry::wait_refused();
             return None;
         }
-        telemetry::waiting(self.held());
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let queue = Arc::clone(self.lock().entry(key).or_insert_with(|| {
-            let (changed, _) = watch::channel(0);
-            Arc::new(Queue { order: Mutex::default(), changed })
-        }));
-        lock(&queue.order).push_back(ticket);
-        let (changed, closing) = (queue.changed.subscribe(), self.closing.subscribe());
-        Some(Place { waiters: self, key, ticket, queue, changed, closing })
+        let place = Place::join(self, &mut queues, key, ticket);
+        drop(queues);
+        telemetry::waiting(self.held());
+        Some(place)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Arc<Queue>>> {
+    /// Whether `key`'s queue may take one more: fewer than its share.
+    fn has_room(&self, queues: &Queues, key: &Key) -> bool {
+        queues.get(key).is_none_or(|queue| queue.len() < self.limits.per_key())
+    }
+
+    /// Counts one more held, unless `PGLIMIT_MAX_WAITING` are.
+    fn take_place(&self) -> bool {
+        let max = self.limits.max_waiting;
+        self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queues> {
         lock(&self.queues)
-    }
-}
-
-impl Place<'_> {
-    /// First in its queue: the one that rechecks.
-    pub fn is_first(&self) -> bool {
-        lock(&self.queue.order).front() == Some(&self.ticket)
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        let mut queues = self.waiters.lock();
-        let mut order = lock(&self.queue.order);
-        let was_first = order.front() == Some(&self.ticket);
-        order.retain(|t| *t != self.ticket);
-        if order.is_empty() {
-            queues.remove(&self.key);
-        } else if was_first {
-            self.queue.bump();
-        }
-        drop((order, queues));
-        let held = self.waiters.held.fetch_sub(1, Ordering::AcqRel) - 1;
-        telemetry::waiting(held);
     }
 }
 
@@ -230,7 +199,7 @@ mod tests {
 
     #[test]
     fn the_first_to_enter_is_first_and_the_next_follows_when_it_leaves() {
-        let w = waiters(4);
+        let w = waiters(20);
         let (first, second) = (w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room"));
         assert!(first.is_first() && !second.is_first());
         drop(first);
@@ -283,5 +252,37 @@ mod tests {
         w.wake(&[8; 32]);
         let _place = w.enter([8; 32]).expect("room");
         assert_ne!(w.wakes(), seen, "the request that checked before entering rechecks");
+    }
+
+    #[test]
+    fn a_key_holds_at_most_a_tenth_of_the_pool_rounded_up() {
+        let share = |max_waiting| waiters(max_waiting).limits().per_key();
+        assert_eq!((share(500), share(20), share(15), share(1)), (50, 2, 2, 1));
+        let w = waiters(20);
+        let _held = [w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room")];
+        assert!(w.enter([1; 32]).is_none(), "past its share");
+        assert!(w.enter([2; 32]).is_some(), "another key still has room");
+    }
+
+    #[test]
+    fn a_waiter_moving_to_another_key_lets_the_next_on_its_old_key_recheck() {
+        let w = waiters(20);
+        let (mut first, mut second) = (w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room"));
+        second.changed.mark_unchanged();
+        assert!(first.move_to([2; 32]));
+        assert!(second.is_first() && second.changed.has_changed().unwrap_or(false));
+        assert!(first.is_first() && first.key() == [2; 32]);
+        assert_eq!(w.held(), 2, "a move is no new place");
+        drop((first, second));
+        assert_eq!((w.held(), w.queued_on([&[1; 32], &[2; 32]])), (0, None));
+    }
+
+    #[test]
+    fn a_waiter_does_not_move_to_a_key_holding_its_share() {
+        let w = waiters(20);
+        let _full = [w.enter([2; 32]).expect("room"), w.enter([2; 32]).expect("room")];
+        let mut place = w.enter([1; 32]).expect("room");
+        assert!(!place.move_to([2; 32]));
+        assert!(place.is_first() && place.key() == [1; 32], "it stays where it was");
     }
 }

@@ -3,6 +3,11 @@
 //! back (or when [`Waiters::wake`] says room was freed), until it is
 //! admitted or its deadline passes. Each recheck is one round trip; nothing
 //! polls between them.
+//!
+//! A held request waits in the queue of the bucket that keeps it out
+//! longest, and only a queue's first rechecks; a recheck denied by another
+//! bucket moves it to the back of that bucket's queue, so a request its own
+//! bucket denies never holds up those waiting on a bucket they share.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -119,7 +124,8 @@ impl<S: Store> Limiter<S> {
         loop {
             if !place.is_first() {
                 // Rechecked at once on reaching the front: the one before
-                // left because it was admitted (room may remain) or gave up.
+                // left because it was admitted (room may remain), gave up,
+                // or moved to the queue of a bucket of its own.
                 last = None;
                 match until(&mut place, deadline).await {
                     Woke::Changed => continue,
@@ -134,23 +140,35 @@ impl<S: Store> Limiter<S> {
                     Woke::Time | Woke::Changed => {}
                 }
             }
+            let wakes = self.waiters.wakes();
             let decision = self.check(request).await?;
-            if decision.allowed || held_for(&decision, deadline).is_none() {
-                return Ok(decision);
+            let Some(key) = held_for(&decision, deadline) else { return Ok(decision) };
+            let moved = key != place.key();
+            if !place.move_to(key) {
+                return Ok(decision); // the queue of the bucket it waits on now is full
             }
-            last = Some(decision);
+            // A wake between the check and the move went to the queue it left.
+            let missed_wake = moved && self.waiters.wakes() != wakes;
+            last = (!missed_wake).then_some(decision);
         }
         self.answer_now(request, last).await
     }
 
-    /// When to check `denial`'s request again: when it says room returns,
-    /// or, for a slot whose release this instance cannot hear, at the next poll.
+    /// When to check `denial`'s request again: when the bucket it waits on
+    /// has room. Denied by any bucket that is not a slot, that is when the
+    /// last of those has room (a slot is looked at then); denied by slots
+    /// alone, when a lease ends, or, where releases cannot be heard, at the
+    /// next poll.
     fn recheck_at(&self, denial: &Decision) -> Instant {
-        let mut at = retry_instant(denial);
-        let on_slots = || denial.buckets.iter().any(|b| !b.allowed && b.algorithm == Algorithm::Concurrency);
-        if self.waiters.polls_for_releases() && on_slots() {
-            at = at.min(Instant::now() + RELEASE_POLL);
-        }
+        let denying = || denial.buckets.iter().filter(|b| !b.allowed);
+        let timed = || denying().filter(|b| b.algorithm != Algorithm::Concurrency);
+        let at = if timed().next().is_some() {
+            room_at(denial, timed())
+        } else if self.waiters.polls_for_releases() {
+            room_at(denial, denying()).min(Instant::now() + RELEASE_POLL)
+        } else {
+            room_at(denial, denying())
+        };
         at.max(Instant::now() + MIN_RECHECK)
     }
 
@@ -200,25 +218,22 @@ async fn until(place: &mut Place<'_>, at: Instant) -> Woke {
 
 /// The key to wait on if `decision` is a denial that waiting could turn:
 /// not a block, not a deny list, not shadow, and room due by `deadline`.
-/// A release can free a concurrency slot at any time, so only the other
-/// buckets' room must be due; such a request waits on its concurrency key,
-/// which a release heard from any instance wakes.
+/// That is the denying bucket whose room comes last, so a request waits in
+/// the queue of what keeps it out longest (its own exhausted bucket, not a
+/// shared one others wait for). A release can free a concurrency slot at
+/// any time, so only the other buckets' room must be due; a request denied
+/// by slots alone waits on the first, which a release heard from any
+/// instance wakes.
 fn held_for(decision: &Decision, deadline: Instant) -> Option<Key> {
     let deny_listed = decision.matched.as_ref().is_some_and(|m| m.action == Applied::Deny);
     if decision.allowed || decision.blocked_by.is_some() || deny_listed || decision.shadow {
         return None;
     }
     let denying = || decision.buckets.iter().filter(|b| !b.allowed);
-    let timed = denying().filter(|b| b.algorithm != Algorithm::Concurrency);
-    (room_at(decision, timed) <= deadline).then_some(())?;
-    let slots = denying().find(|b| b.algorithm == Algorithm::Concurrency);
-    slots.or_else(|| denying().max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))).map(|b| b.key)
-}
-
-/// When `decision`'s every denying bucket has room again, on this
-/// instance's clock (the time is the store's, so counted from its `now`).
-fn retry_instant(decision: &Decision) -> Instant {
-    room_at(decision, decision.buckets.iter().filter(|b| !b.allowed))
+    let timed = || denying().filter(|b| b.algorithm != Algorithm::Concurrency);
+    (room_at(decision, timed()) <= deadline).then_some(())?;
+    let last_room = timed().max_by_key(|b| b.retry_at.unwrap_or(b.reset_at));
+    last_room.or_else(|| denying().next()).map(|b| b.key)
 }
 
 /// When every one of `buckets` has room again, on this instance's clock.

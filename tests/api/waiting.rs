@@ -223,3 +223,31 @@ async fn a_held_check_is_left_out_of_the_slow_check_log() {
     let listing = call(&app, "GET", "/admin/slow-checks", Value::Null).await.body;
     assert_eq!(listing["seen"], 1, "only the check that was not held: {listing}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holding_its_share_of_the_pool_is_refused_more_while_another_key_still_waits() {
+    // A pool of 20: one key may hold a tenth of it, 2.
+    let (a, b) = two_instances(&[("PGLIMIT_MAX_WAITING", "20")]).await;
+    let (hog, other) = (unique("hog"), unique("other"));
+    for key in [&hog, &other] {
+        check(&a, key_check(key, "token_bucket", WINDOW, None)).await;
+    }
+    // One token a window: the hog's two are admitted a window apart.
+    let waiting = |key: &str| key_check(key, "token_bucket", WINDOW, Some(4 * WINDOW));
+    let mut held = Vec::new();
+    for n in 1..=2 {
+        let (b2, body) = (b.clone(), waiting(&hog));
+        held.push(tokio::spawn(async move { check(&b2, body).await }));
+        until_held(&b, n).await;
+    }
+    let refused = check(&b, waiting(&hog)).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.body);
+    assert_eq!(waited(&refused), Duration::ZERO, "past its share, answered at once: {}", refused.body);
+
+    let admitted = check(&b, waiting(&other)).await;
+    assert_eq!(admitted.status, StatusCode::OK, "{}", admitted.body);
+    assert!(waited(&admitted) > Duration::ZERO, "held, though the hog holds its share: {}", admitted.body);
+    for reply in held {
+        assert_eq!(reply.await.expect("held").status, StatusCode::OK, "the hog's share is still served");
+    }
+}

@@ -157,8 +157,8 @@ pub static MAX_WAITING: Setting<Range<usize>> = Setting {
     flag: "max-waiting",
     values: Range { noun: "a number of checks", min: 0, max: 1_000_000 },
     unset: Is("500"),
-    help: "Most checks held by max_wait at once per instance; past it a check answers at once. 0: none \
-           held.",
+    help: "Most checks held by max_wait at once per instance, a tenth of them (rounded up) per key waited \
+           on; past either a check answers at once. 0: none held.",
     secret: false,
 };
 
