@@ -5,6 +5,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
 
 use crate::limiter::{CheckError, Invalid};
@@ -37,6 +38,14 @@ pub enum Error {
     /// `/release` or `/renew` of a lease that does not exist (or has ended).
     #[error("{0}")]
     NoLease(&'static str),
+    /// `/renew` of a lease that would then outlive its policy's `max_lease_life`.
+    #[error(
+        "renewing would keep this lease past its max_lease_life (its policy's; 1d for ad hoc keys): its \
+         life ends at {}, and it still ends at {} unless released; take a new lease for longer work",
+        rfc3339(ends_by),
+        rfc3339(ends)
+    )]
+    LeaseLifeExceeded { ends: DateTime<Utc>, ends_by: DateTime<Utc> },
     #[error("method not allowed here")]
     MethodNotAllowed,
     #[error("the request took longer than the configured PGLIMIT_REQUEST_TIMEOUT_MS; retry shortly")]
@@ -78,6 +87,7 @@ impl Error {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound(_) | Self::UnknownOverride(_) | Self::NoLease(_) => StatusCode::NOT_FOUND,
+            Self::LeaseLifeExceeded { .. } => StatusCode::CONFLICT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -100,6 +110,7 @@ impl Error {
             Self::StoreUnavailable => "store-unavailable",
             Self::NotFound(_) | Self::UnknownOverride(_) => "not-found",
             Self::NoLease(_) => "unknown-lease",
+            Self::LeaseLifeExceeded { .. } => "lease-life-exceeded",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
@@ -143,6 +154,11 @@ impl From<Invalid> for Error {
     }
 }
 
+/// A time as the API writes it elsewhere: RFC 3339, milliseconds, UTC.
+fn rfc3339(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -156,7 +172,7 @@ impl IntoResponse for Error {
         match &self {
             Self::InvalidField { field, .. } => body["field"] = json!(field),
             Self::UnknownPolicy(_) => body["field"] = json!("policy"),
-            Self::NoLease(_) => body["field"] = json!("lease"),
+            Self::NoLease(_) | Self::LeaseLifeExceeded { .. } => body["field"] = json!("lease"),
             Self::InvalidHeader { header, .. } => body["header"] = json!(header),
             Self::NotJson => body["header"] = json!("content-type"),
             Self::MisdirectedHost => body["header"] = json!("host"),

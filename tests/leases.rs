@@ -1,8 +1,9 @@
 //! Concurrency buckets through the real binary, three instances on one
 //! database: the limit holds exactly under concurrent checks spread over
 //! them, a release through one frees a slot another sees, an unreleased
-//! lease frees itself after its lease time, renewing extends it, and a
-//! second release answers `released: false`.
+//! lease frees itself after its lease time, renewing extends it, a
+//! second release answers `released: false`, and a reset through one
+//! instance ends the lease for every other.
 
 mod common;
 
@@ -141,6 +142,24 @@ async fn an_unreleased_lease_frees_its_slot_after_its_lease_time_and_a_renewal_e
     assert_eq!(status, 200, "free again once the renewed lease ended: {after}");
     let (status, problem) = post(a, "/renew", json!({ "lease": lease_of(&taken) })).await;
     assert_eq!((status, problem["field"].as_str()), (404, Some("lease")), "{problem}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_through_one_instance_ends_a_lease_so_another_answers_unknown_lease() {
+    let dir = temp_dir("leases-reset");
+    let instances = three_instances(&dir.0).await;
+    let (a, b, c) = (&instances[0], &instances[1], &instances[2]);
+    let (status, taken) = post(a, "/check", export("acct_9")).await;
+    assert_eq!(status, 200, "{taken}");
+    let mut reset = export("acct_9");
+    reset["buckets"] = json!(["at_once"]);
+    let (status, after) = post(a, "/reset", reset).await;
+    assert_eq!(status, 200, "{after}");
+    for (at, path) in [(b, "/renew"), (c, "/release")] {
+        let (status, problem) = post(at, path, json!({ "lease": lease_of(&taken) })).await;
+        assert_eq!(status, 404, "{path}: {problem}");
+        assert_eq!(problem["type"], "urn:pglimit:problem:unknown-lease", "{path}");
+    }
 }
 
 async fn sleep_until(at: Instant) {

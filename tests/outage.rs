@@ -23,9 +23,16 @@ use serde_json::json;
 async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_returns() {
     let _serial = SERIAL.lock().await;
     let app = instance(&database().await, &[]).await;
-    // A concurrency bucket's slots are held for its lease time, as long.
-    let period = |algorithm: Algorithm| if algorithm == Algorithm::Concurrency { "lease" } else { "window" };
-    let body = |algorithm: Algorithm| json!({ "key": algorithm.name(), "limit": 5, period(algorithm): "366d", "algorithm": algorithm.name() });
+    // A concurrency bucket's slots are held for its lease time: a day, the
+    // longest an ad hoc lease may be.
+    let period = |algorithm: Algorithm| match algorithm {
+        Algorithm::Concurrency => ("lease", "1d"),
+        _ => ("window", "366d"),
+    };
+    let body = |algorithm: Algorithm| {
+        let (period, length) = period(algorithm);
+        json!({ "key": algorithm.name(), "limit": 5, period: length, "algorithm": algorithm.name() })
+    };
     stop(StopMode::Fast).await;
     for algorithm in Algorithm::ALL {
         for _ in 0..3 {
@@ -47,18 +54,45 @@ async fn what_memory_admitted_during_an_outage_still_counts_when_postgres_return
 
 /// A lease released while Postgres is away is written back when it
 /// returns: the slot it held in Postgres is free again, not held for the
-/// rest of its (366-day) lease.
+/// rest of its (day-long) lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_released_during_an_outage_is_released_in_postgres_when_it_returns() {
     let _serial = SERIAL.lock().await;
     let app = instance(&database().await, &[]).await;
-    let body = json!({ "key": "leased", "limit": 1, "algorithm": "concurrency", "lease": "366d" });
+    let body = json!({ "key": "leased", "limit": 1, "algorithm": "concurrency", "lease": "1d" });
     let taken = check(&app, body.clone()).await;
     assert_eq!(taken.status, StatusCode::OK, "{}", taken.body);
     let lease = taken.body["lease"]["id"].clone();
     stop(StopMode::Fast).await;
     check(&app, json!({ "key": "during", "limit": 5, "window": "366d" })).await.assert_memory_admits();
     let released = common::call(&app, "POST", "/release", json!({ "lease": lease })).await;
+    assert_eq!((released.status, &released.body), (StatusCode::OK, &json!({ "released": true })));
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    let again = check(&app, body).await;
+    assert_eq!((again.status, &again.body["store"]), (StatusCode::OK, &json!("postgres")), "{}", again.body);
+}
+
+/// During an outage a release is kept only for a lease this instance can
+/// vouch for: ids it never issued (a lone instance: every lease is its own)
+/// are refused, however many, and its own lease's release is still kept
+/// and written back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_never_issued_are_not_kept_as_released_during_an_outage_and_a_real_release_is() {
+    let _serial = SERIAL.lock().await;
+    let app = instance(&database().await, &[]).await;
+    let body = json!({ "key": "vouched", "limit": 1, "algorithm": "concurrency", "lease": "1d" });
+    let taken = check(&app, body.clone()).await;
+    assert_eq!(taken.status, StatusCode::OK, "{}", taken.body);
+    stop(StopMode::Fast).await;
+    check(&app, json!({ "key": "during", "limit": 5, "window": "366d" })).await.assert_memory_admits();
+    for _ in 0..500 {
+        let made_up = format!("lease_{:032x}", rand::random::<u128>());
+        let refused = common::call(&app, "POST", "/release", json!({ "lease": made_up })).await;
+        assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE, "{}", refused.body);
+    }
+    let released =
+        common::call(&app, "POST", "/release", json!({ "lease": taken.body["lease"]["id"] })).await;
     assert_eq!((released.status, &released.body), (StatusCode::OK, &json!({ "released": true })));
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;

@@ -5,8 +5,13 @@
 //! The id is 128 random bits (from the thread's CSPRNG) written in hex,
 //! so it cannot be guessed and names nothing of the check; only its SHA-256
 //! is stored, so that the table does not hold what releases a lease.
+//!
+//! Renewals keep a lease at most its policy's `max_lease_life` from when it
+//! was taken (a day for ad hoc keys, whose leases are no longer than that):
+//! work that needs longer takes a new lease.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rand::RngCore;
@@ -14,10 +19,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::decision::rfc3339_ms;
-use super::request::Invalid;
+use super::request::{CheckRequest, Invalid};
 use super::{CheckError, Limiter};
-use crate::policy::Policies;
-use crate::storage::{Key, Leases, Store, StoreError};
+use crate::policy::{Policies, DEFAULT_MAX_LEASE_LIFE};
+use crate::storage::{Key, Leases, NewLease, Renewal, Store, StoreError};
 
 /// What every lease id starts with: a reader of logs tells it from a key.
 const PREFIX: &str = "lease_";
@@ -45,13 +50,25 @@ pub struct Granted {
     pub expires_at: DateTime<Utc>,
 }
 
-/// A new lease id, and the hash it is stored by.
-pub(super) fn mint() -> (String, Key) {
+/// A new lease id, and the lease as it is stored: by the id's hash,
+/// renewable for `max_life`.
+pub(super) fn mint(max_life: Duration) -> (String, NewLease) {
     let mut random = [0u8; RANDOM_BYTES];
     rand::thread_rng().fill_bytes(&mut random);
     let id = format!("{PREFIX}{}", hex::encode(random));
     let stored = stored(&id);
-    (id, stored)
+    (id, NewLease { id: stored, max_life })
+}
+
+/// How long renewals may keep a lease `request` takes: its policy's
+/// `max_lease_life`, or the ad hoc one.
+pub(super) fn max_life(policies: &Policies, request: &CheckRequest) -> Duration {
+    match request {
+        CheckRequest::Policy { policy, .. } => {
+            policies.get(policy).map_or(DEFAULT_MAX_LEASE_LIFE, |p| p.max_lease_life)
+        }
+        CheckRequest::AdHoc { .. } => DEFAULT_MAX_LEASE_LIFE,
+    }
 }
 
 fn stored(id: &str) -> Key {
@@ -80,9 +97,9 @@ impl<S: Store + Leases> Limiter<S> {
         self.store().release(&id).await.map_err(unavailable)
     }
 
-    /// Extends a lease by its lease time; `None` if it has ended, was
-    /// released, or does not exist.
-    pub async fn renew(&self, id: &str) -> Result<Option<DateTime<Utc>>, CheckError> {
+    /// Extends a lease by its lease time, unless that would keep it past
+    /// its `max_lease_life`.
+    pub async fn renew(&self, id: &str) -> Result<Renewal, CheckError> {
         let id = parse(id)?;
         self.store().renew(&id).await.map_err(unavailable)
     }
@@ -99,9 +116,9 @@ mod tests {
 
     #[test]
     fn a_minted_id_parses_to_its_stored_hash() {
-        let (id, hash) = mint();
-        assert_eq!(parse(&id), Ok(hash));
-        assert_ne!(mint().0, id, "ids are random");
+        let (id, lease) = mint(DEFAULT_MAX_LEASE_LIFE);
+        assert_eq!(parse(&id), Ok(lease.id));
+        assert_ne!(mint(DEFAULT_MAX_LEASE_LIFE).0, id, "ids are random");
     }
 
     #[test]

@@ -142,7 +142,8 @@ impl<S: Store> Limiter<S> {
                 return Err(CheckError::Invalid(Invalid::NoLeases { bucket: slots.name.clone() }));
             }
         }
-        let lease = takes_lease(&plan.batch).then(lease::mint);
+        let max_life = || lease::max_life(&self.policies(), request);
+        let lease = takes_lease(&plan.batch).then(|| lease::mint(max_life()));
         plan.batch.lease = lease.as_ref().map(|(_, stored)| *stored);
         let started = Instant::now();
         let answer = self.ask(&plan).await;

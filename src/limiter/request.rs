@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Calendar, LimitError, MAX_LIMIT};
-use crate::policy::{parse_window_in, Policy};
+use crate::policy::{format_window, parse_window_in, Policy, DEFAULT_MAX_LEASE_LIFE};
 
 /// Longest ad hoc key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
@@ -122,6 +122,12 @@ pub(super) fn ad_hoc<'a>(
         "timezone" => Invalid::Timezone(e.message),
         _ => Invalid::Window(e.message),
     })?;
+    if algorithm == Algorithm::Concurrency && window > DEFAULT_MAX_LEASE_LIFE {
+        let most = format_window(DEFAULT_MAX_LEASE_LIFE);
+        return Err(Invalid::Lease(format!(
+            "lease must be at most {most}, the max_lease_life of ad hoc leases"
+        )));
+    }
     check_cost_fits(cost, limit, "default")?;
     Ok(AdHoc { key, limit, window, calendar, algorithm })
 }

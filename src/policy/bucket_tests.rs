@@ -1,5 +1,5 @@
 //! A bucket's optional settings in a policy file: `block_for`, and a
-//! concurrency bucket's `lease`.
+//! concurrency bucket's `lease`, within its policy's `max_lease_life`.
 
 use super::tests::{second_bucket, with_second_bucket, HEAD};
 use super::*;
@@ -65,4 +65,38 @@ fn a_concurrency_bucket_takes_a_lease_in_place_of_a_window() {
     ]);
     assert!(lease.starts_with("policies.p: buckets[1]: lease (line 14"), "{lease}");
     assert!(lease.contains("concurrency"), "{lease}");
+}
+
+/// `HEAD` with `max_lease_life` (line 3) and a concurrency bucket of this lease (line 14).
+fn leasing(max_lease_life: Option<&str>, lease: &str) -> String {
+    let mut lines: Vec<String> = HEAD.iter().map(|l| l.to_string()).collect();
+    lines[2] = max_lease_life.map_or_else(String::new, |life| format!("max_lease_life = \"{life}\""));
+    let bucket = [r#"name = "b""#, r#"on = ["ip"]"#, "limit = 2", r#"algorithm = "concurrency""#];
+    lines.extend(["[[policies.p.buckets]]"].iter().chain(&bucket).map(|l| l.to_string()));
+    lines.push(format!("lease = \"{lease}\""));
+    lines.join("\n")
+}
+
+#[test]
+fn max_lease_life_is_a_day_unless_the_policy_says_and_bounds_its_leases() {
+    let life = |text: &str| Policies::parse(text).map(|p| p.get("p").expect("policy p").max_lease_life);
+    assert_eq!(life(&leasing(None, "30s")).ok(), Some(Duration::from_secs(86_400)));
+    assert_eq!(life(&leasing(Some("2h"), "30s")).ok(), Some(Duration::from_secs(7200)));
+    assert_eq!(life(&leasing(Some("1h"), "1h")).ok(), Some(Duration::from_secs(3600)), "as long is fine");
+    let longer = Policies::parse(&leasing(Some("1h"), "2h")).expect_err("a lease over its life").to_string();
+    assert!(longer.starts_with("policies.p: buckets[1]: lease (line 14"), "{longer}");
+    assert!(longer.contains("max_lease_life (1h)"), "{longer}");
+    let by_default = Policies::parse(&leasing(None, "2d")).expect_err("over a day").to_string();
+    assert!(by_default.contains("max_lease_life (1d)"), "{by_default}");
+}
+
+#[test]
+fn max_lease_life_that_is_not_a_duration_or_without_a_concurrency_bucket_names_its_line() {
+    let bad = Policies::parse(&leasing(Some("forever"), "30s")).expect_err("not a duration").to_string();
+    assert!(bad.starts_with("policies.p: max_lease_life (line 3"), "{bad}");
+    let mut lines: Vec<&str> = HEAD.to_vec();
+    lines[2] = r#"max_lease_life = "1h""#;
+    let alone = Policies::parse(&lines.join("\n")).expect_err("no concurrency bucket").to_string();
+    assert!(alone.starts_with("policies.p: max_lease_life (line 3"), "{alone}");
+    assert!(alone.contains("concurrency"), "{alone}");
 }

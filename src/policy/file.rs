@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -13,8 +14,8 @@ use toml::Spanned;
 use super::forward_auth::{self, RawForwardAuth};
 use super::overrides_file::{validate_overrides, RawOverride};
 use super::{
-    is_valid_name, parse_block_for, parse_window_in, BucketDef, FallbackShare, IdentifierKind, Mode,
-    OnStoreError, Policy,
+    format_window, is_valid_name, parse_block_for, parse_window, parse_window_in, BucketDef, FallbackShare,
+    IdentifierKind, Mode, OnStoreError, Policy, DEFAULT_MAX_LEASE_LIFE,
 };
 use crate::algorithm::Algorithm;
 
@@ -54,6 +55,8 @@ struct RawPolicy {
     overrides: Vec<Spanned<RawOverride>>,
     #[serde(default)]
     forward_auth: Option<RawForwardAuth>,
+    #[serde(default)]
+    max_lease_life: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -150,7 +153,12 @@ impl RawPolicy {
         if self.buckets.get_ref().is_empty() {
             return Err(Mistake::at(&self.buckets, "buckets", "needs at least one [[buckets]] entry"));
         }
-        let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers)?;
+        let max_lease_life = self.max_lease_life()?;
+        let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers, max_lease_life)?;
+        if let (Some(raw), None) = (&self.max_lease_life, super::leasing(&buckets)) {
+            let message = "max_lease_life goes with a concurrency bucket, and this policy has none";
+            return Err(Mistake::at(raw, "max_lease_life", message));
+        }
         let overrides = validate_overrides(self.overrides, &self.identifiers, &buckets)?;
         let forward_auth = (self.forward_auth.as_ref())
             .map(|raw| forward_auth::validate(raw, &self.identifiers).map_err(|m| m.within("forward_auth")))
@@ -172,19 +180,29 @@ impl RawPolicy {
             mode: self.mode,
             overrides,
             forward_auth,
+            max_lease_life,
         })
+    }
+
+    fn max_lease_life(&self) -> Result<Duration, Mistake> {
+        let Some(text) = &self.max_lease_life else {
+            return Ok(DEFAULT_MAX_LEASE_LIFE);
+        };
+        parse_window(text.get_ref()).map_err(|e| Mistake::at(text, "max_lease_life", e))
     }
 }
 
 fn validate_buckets(
     raw: Vec<RawBucket>,
     identifiers: &BTreeMap<String, IdentifierKind>,
+    max_lease_life: Duration,
 ) -> Result<Vec<BucketDef>, Mistake> {
     let mut seen = HashSet::new();
     let mut buckets = Vec::with_capacity(raw.len());
     for (i, raw) in raw.into_iter().enumerate() {
         let name_span = raw.name.span();
-        let bucket = raw.validate(identifiers).map_err(|m| m.within(&format!("buckets[{i}]")))?;
+        let bucket =
+            raw.validate(identifiers, max_lease_life).map_err(|m| m.within(&format!("buckets[{i}]")))?;
         if !seen.insert(bucket.name.clone()) {
             let message = format!("the bucket name {:?} is used twice", bucket.name);
             return Err(Mistake { path: format!("buckets[{i}]: name"), span: name_span, message });
@@ -224,7 +242,11 @@ impl RawBucket {
         Ok((text, field))
     }
 
-    fn validate(self, identifiers: &BTreeMap<String, IdentifierKind>) -> Result<BucketDef, Mistake> {
+    fn validate(
+        self,
+        identifiers: &BTreeMap<String, IdentifierKind>,
+        max_lease_life: Duration,
+    ) -> Result<BucketDef, Mistake> {
         if !is_valid_name(self.name.get_ref()) {
             return Err(Mistake::at(
                 &self.name,
@@ -250,6 +272,11 @@ impl RawBucket {
                     None => Mistake::at(text, field, e.message),
                 },
             )?;
+        if algorithm == Algorithm::Concurrency && window > max_lease_life {
+            let (lease, most) = (format_window(window), format_window(max_lease_life));
+            let message = format!("lease {lease} is longer than this policy's max_lease_life ({most})");
+            return Err(Mistake::at(text, field, message));
+        }
         let block_for = (self.block_for.as_ref())
             .map(|text| parse_block_for(text.get_ref()).map_err(|e| Mistake::at(text, "block_for", e)))
             .transpose()?;

@@ -57,7 +57,15 @@ pub struct Policy {
     /// How `/auth/NAME` reads the identifiers from a proxy's request;
     /// `None`: the policy is not offered there.
     pub forward_auth: Option<ForwardAuth>,
+    /// The longest a lease of this policy's concurrency buckets may be
+    /// held, renewals included, from when it was taken.
+    pub max_lease_life: Duration,
 }
+
+/// `max_lease_life` where a policy does not say, and for every ad hoc
+/// lease: a day, so that neither a crashed caller nor one renewing for
+/// ever holds a slot, or its row, longer.
+pub const DEFAULT_MAX_LEASE_LIFE: Duration = Duration::from_secs(24 * 3600);
 
 impl Policy {
     /// The first bucket that takes leases: only a caller that can release

@@ -15,6 +15,7 @@ use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;
 use crate::limiter::Granted;
+use crate::storage::Renewal;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,7 +41,8 @@ pub async fn release(
 }
 
 /// Extends the lease by its lease time from now; 404 if it has ended, was
-/// released, or does not exist.
+/// released (or a reset ended it), or does not exist; 409 if the renewal
+/// would keep it past its policy's `max_lease_life` (it is left as it was).
 pub async fn renew(
     State(state): State<AppState>,
     authorization: Authorization,
@@ -50,10 +52,13 @@ pub async fn renew(
     state.auth.verify_header(authorization.value())?;
     let body: LeaseBody = deserialize(&body_bytes(body)?)?;
     match state.limiter.renew(&body.lease).await? {
-        Some(expires_at) => {
+        Renewal::Renewed(expires_at) => {
             let lease = Granted { id: body.lease, expires_at };
             Ok(Json(json!({ "lease": lease })).into_response())
         }
-        None => Err(Error::NoLease("no such lease: it has ended, was released, or never existed")),
+        Renewal::PastMaxLife { ends, ends_by } => Err(Error::LeaseLifeExceeded { ends, ends_by }),
+        Renewal::Unknown => {
+            Err(Error::NoLease("no such lease: it has ended, was released, or never existed"))
+        }
     }
 }

@@ -34,7 +34,7 @@ pub use postgres::{
     ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
-pub use traits::{Actions, Block, BlockTarget, Freed, Held, Leases, Primary, Store, Unabsorbed};
+pub use traits::{Actions, Block, BlockTarget, Freed, Held, Leases, Primary, Renewal, Store, Unabsorbed};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];
@@ -80,9 +80,18 @@ pub struct CheckBatch {
     pub cost: u64,
     /// What the memory store may do when Postgres cannot answer.
     pub fallback: MemoryFallback,
-    /// The lease an admitted check takes in its concurrency buckets: the
-    /// SHA-256 of the id the caller is given ([`crate::limiter`] makes it).
-    pub lease: Option<Key>,
+    /// The lease an admitted check takes in its concurrency buckets.
+    pub lease: Option<NewLease>,
+}
+
+/// A lease a check takes if admitted ([`crate::limiter`] makes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewLease {
+    /// The SHA-256 of the id the caller is given.
+    pub id: Key,
+    /// How long renewals may keep it, from when it is taken: its policy's
+    /// `max_lease_life`.
+    pub max_life: Duration,
 }
 
 /// Whether, and how, a check may be answered from memory while Postgres is

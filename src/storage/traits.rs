@@ -75,14 +75,26 @@ pub trait Leases: Send + Sync {
     /// lease.
     fn release(&self, id: &Key) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
 
-    /// Extends the lease by its lease time from now; answers when it ends,
-    /// or `None` if it has ended, was released, or does not exist.
-    fn renew(&self, id: &Key) -> impl Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
+    /// Extends the lease by its lease time from now, unless that would take
+    /// it past its `max_lease_life`.
+    fn renew(&self, id: &Key) -> impl Future<Output = Result<Renewal, StoreError>> + Send;
 
     /// The slots releases free, as heard from any instance (this one's
     /// included), from now on; `None` where nothing is heard (behind a
     /// transaction pooler, which cannot hold a LISTEN).
     fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>>;
+}
+
+/// What a renewal did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Extended: it now ends then.
+    Renewed(DateTime<Utc>),
+    /// Refused, nothing changed: it would outlive its `max_lease_life`,
+    /// which lets it be held until `ends_by` at most; it still ends at `ends`.
+    PastMaxLife { ends: DateTime<Utc>, ends_by: DateTime<Utc> },
+    /// It has ended, was released, or does not exist.
+    Unknown,
 }
 
 /// What a release heard of frees.

@@ -18,6 +18,7 @@ mod errors;
 mod forward_auth;
 mod guard;
 mod lane;
+mod lease_life;
 mod openapi;
 mod operate;
 mod overrides;

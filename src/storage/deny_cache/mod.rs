@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use super::{
     Actions, Answer, Block, BlockTarget, CheckBatch, Freed, Key, Leases, Stale, Store, StoreError, StoreKind,
 };
-use super::{AddedOverride, LoadedOverrides, Overrides, StoredOverride};
+use super::{AddedOverride, LoadedOverrides, Overrides, Renewal, StoredOverride};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -207,7 +207,7 @@ impl<S: Store + Leases> Leases for DenyCache<S> {
         self.inner.release(id).await
     }
 
-    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn renew(&self, id: &Key) -> Result<Renewal, StoreError> {
         self.inner.renew(id).await
     }
 

@@ -21,6 +21,7 @@
 //! [`MemoryFallback`] says.
 
 mod detector;
+mod issued;
 mod others;
 mod recovery;
 mod releases;
@@ -33,6 +34,7 @@ use chrono::Utc;
 
 use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Stale, Store, StoreError};
 use detector::Detector;
+use issued::Issued;
 use recovery::Throttle;
 use releases::OwedReleases;
 
@@ -66,6 +68,8 @@ struct Inner<P> {
     unwritten: Throttle,
     /// Releases asked for during an outage, to write back.
     releases: OwedReleases,
+    /// The leases this instance knows exist, which bound those releases.
+    issued: Issued,
 }
 
 impl<P> Clone for FallbackStore<P> {
@@ -89,6 +93,7 @@ impl<P: Primary> FallbackStore<P> {
             refused: Throttle::new(),
             unwritten: Throttle::new(),
             releases: OwedReleases::default(),
+            issued: Issued::default(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -192,7 +197,10 @@ impl<P: Primary> Store for FallbackStore<P> {
             return self.fall_back(batch);
         }
         match self.try_primary(batch).await {
-            Ok(answer) => Ok(answer),
+            Ok(answer) => {
+                self.inner.issued.granted(batch, &answer);
+                Ok(answer)
+            }
             Err(error @ StoreError::Unreachable(_)) => {
                 self.trip(&error);
                 self.fall_back(batch)

@@ -9,30 +9,40 @@ use chrono::{DateTime, Utc};
 use super::FallbackStore;
 use crate::storage::{
     Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, Primary,
-    Store, StoreError, StoredOverride,
+    Renewal, Store, StoreError, StoredOverride,
 };
 
 /// Leases are in Postgres: while this instance is degraded, a release is
-/// kept and written back when Postgres returns (`releases.rs`), and a
-/// renewal is refused (the lease then ends by itself).
+/// kept and written back when Postgres returns, within the bound
+/// `releases.rs` explains (the leases this instance knows of, `issued.rs`),
+/// and a renewal is refused (the lease then ends by itself).
 impl<P: Primary> Leases for FallbackStore<P> {
     async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
         if !self.is_degraded() {
             match self.inner.primary.release(id).await {
                 Err(error @ StoreError::Unreachable(_)) => self.trip(&error),
-                answer => return answer,
+                answer => {
+                    if answer.is_ok() {
+                        self.inner.issued.forget(id);
+                    }
+                    return answer;
+                }
             }
         }
-        let kept = self.inner.releases.keep(id)?;
+        let kept = self.inner.releases.keep(id, &self.inner.issued, self.instances())?;
         if !self.is_degraded() {
             self.flush_later(); // Postgres returned meanwhile: not left for the next outage
         }
-        Ok(Some(kept))
+        Ok(kept)
     }
 
-    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn renew(&self, id: &Key) -> Result<Renewal, StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.renew(id).await
+        let renewal = self.inner.primary.renew(id).await?;
+        if let Renewal::Renewed(ends) = renewal {
+            self.inner.issued.note(*id, ends, Utc::now());
+        }
+        Ok(renewal)
     }
 
     fn releases_heard(&self) -> Option<tokio::sync::broadcast::Receiver<Freed>> {

@@ -15,7 +15,10 @@ use crate::storage::{Block, BlockTarget, Key, StoreError};
 
 /// Counters back to full: no row is a full bucket, for every algorithm.
 /// Lockouts go too (a reset is a fresh start); an operator's block stays.
-const RESET: [&str; 2] = [
+/// The leases holding slots in them end first (`sql/leases.sql`): a lease
+/// whose slot another may now take must not be renewed or released.
+const RESET: [&str; 3] = [
+    "SELECT pglimit_end_leases($1::bytea[])",
     "DELETE FROM pglimit_buckets WHERE key = ANY ($1::bytea[])",
     "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[]) AND kind = 'lockout'",
 ];

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 
 use super::PgStore;
 use crate::storage::{
-    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, StoreError,
-    StoredOverride, OVERRIDES_POLL_EVERY,
+    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, Renewal,
+    StoreError, StoredOverride, OVERRIDES_POLL_EVERY,
 };
 
 impl Actions for PgStore {
@@ -75,7 +75,7 @@ impl Leases for PgStore {
         self.actions.release(&self.session, id).await
     }
 
-    async fn renew(&self, id: &Key) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn renew(&self, id: &Key) -> Result<Renewal, StoreError> {
         self.actions.renew(&self.session, id).await
     }
 

@@ -20,7 +20,8 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key I
     SELECT key FROM pglimit_buckets WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
-/// Leases past their end, likewise: an ended lease holds no slot.
+/// Leases past their end, likewise: an ended lease holds no slot (a
+/// released one ends a minute after its release, `sql/leases.sql`).
 pub(super) const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
     SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";

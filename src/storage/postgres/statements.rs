@@ -47,14 +47,17 @@ pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime
 }
 
 /// [`check_args`] and, as $11, each bucket's lease (the SHA-256 of its
-/// check's lease id; empty for none): the single-node functions take it.
+/// check's lease id; empty for none) and, as $12, how long renewals may
+/// keep it (ms; 0 for none): the single-node functions take them.
 pub(super) fn check_args_with_leases<'a>(
     batches: &'a [&'a CheckBatch],
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
     let mut args = check_args(batches, now);
-    let lease = |batch: &'a CheckBatch| batch.lease.as_ref().map_or(&[][..], |id| id.as_slice());
+    let lease = |batch: &'a CheckBatch| batch.lease.as_ref().map_or(&[][..], |l| l.id.as_slice());
+    let life = |batch: &CheckBatch| batch.lease.map_or(0, |l| to_i64(l.max_life.as_millis()));
     args.push(Arg::Bytes(buckets_of(batches).map(|(_, batch, _)| lease(batch)).collect()));
+    args.push(Arg::Bigints(buckets_of(batches).map(|(_, batch, _)| life(batch)).collect()));
     args
 }
 

@@ -14,12 +14,13 @@ use crate::telemetry;
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
 /// `migrations/`.
-const CHECK_BATCH: &str = "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const CHECK_BATCH: &str =
+    "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// The same for a batch in which no key appears twice, decided set-based
 /// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
 const CHECK_DISTINCT: &str =
-    "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// An operator's block replaces whatever block the key had.
 const BLOCK: &str = "

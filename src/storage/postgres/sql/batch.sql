@@ -103,7 +103,8 @@ CREATE FUNCTION pglimit_check_batch(
     p_names        text[],
     p_now          timestamptz DEFAULT NULL,
     p_zones        text[] DEFAULT NULL,
-    p_leases       bytea[] DEFAULT NULL
+    p_leases       bytea[] DEFAULT NULL,
+    p_lease_lives  bigint[] DEFAULT NULL
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -161,7 +162,8 @@ BEGIN
 
     -- Only a batch with a concurrency bucket (algorithm 4) has leases to write.
     IF 4 = ANY (p_algos) THEN
-        PERFORM pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, d.a_allowed, v_now);
+        PERFORM pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, d.a_allowed, v_now,
+                                    p_lease_lives);
     END IF;
 
     RETURN QUERY

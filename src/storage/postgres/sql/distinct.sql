@@ -24,7 +24,8 @@ CREATE FUNCTION pglimit_check_distinct(
     p_names        text[],
     p_now          timestamptz DEFAULT NULL,
     p_zones        text[] DEFAULT NULL,
-    p_leases       bytea[] DEFAULT NULL
+    p_leases       bytea[] DEFAULT NULL,
+    p_lease_lives  bigint[] DEFAULT NULL
 ) RETURNS TABLE (
     o_pos       integer,
     o_allowed   boolean,
@@ -151,8 +152,9 @@ BEGIN
         WHERE k.until < EXCLUDED.until
     ), ls AS (
         -- Each admitted check's lease (leases.sql), ending as its entries do.
-        INSERT INTO pglimit_leases (id, key, slots, lease_us, expires_at)
-        SELECT p_leases[f.pos], f.key, f.cost, f.win, pglimit_ts(now_us + f.win)
+        INSERT INTO pglimit_leases (id, key, slots, lease_us, expires_at, ends_by)
+        SELECT p_leases[f.pos], f.key, f.cost, f.win, pglimit_ts(now_us + f.win),
+               pglimit_lease_ends_by(now_us, p_lease_lives[f.pos])
         FROM fig f WHERE f.admit AND f.algo = 4 AND octet_length(p_leases[f.pos]) = 32
         ORDER BY 1, 2
         ON CONFLICT DO NOTHING
