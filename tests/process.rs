@@ -124,6 +124,31 @@ fn without_server_binaries_it_exits_naming_the_package_and_the_alternative() {
     assert!(stderr.contains("apt-get install postgresql") && stderr.contains("DATABASE_URL"), "{stderr}");
 }
 
+/// The review's case: a data directory another local account made first,
+/// holding a password of its choosing, would make that account the private
+/// cluster's superuser. As root the test gives a directory to `nobody`;
+/// otherwise it names a directory of root's, which this account is not.
+#[test]
+fn a_data_directory_of_another_account_stops_start_up_naming_it() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir("pre-seeded");
+    let seeded = dir.join("data");
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    let seeded = if me == 0 {
+        std::fs::create_dir(&seeded).expect("mkdir");
+        std::fs::write(seeded.join("pg-password"), "chosen-by-nobody").expect("password");
+        std::os::unix::fs::chown(&seeded, Some(65534), Some(65534)).expect("chown nobody");
+        seeded
+    } else {
+        std::path::PathBuf::from("/")
+    };
+    let (ok, stderr) = run_to_exit(&[("PGLIMIT_DATA_DIR", seeded.to_str().unwrap())]);
+    assert!(!ok);
+    let named = format!("{} belongs to uid", seeded.display());
+    assert!(stderr.contains(&named) && stderr.contains("PGLIMIT_DATA_DIR"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line at start-up: {stderr}");
+}
+
 #[test]
 fn without_tokens_it_refuses_to_listen_beyond_loopback() {
     let (ok, stderr) = run_to_exit(&[

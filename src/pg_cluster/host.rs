@@ -29,7 +29,8 @@ pub(super) fn cluster_dir(dir: &Path, run_as: Option<Account>) -> Result<PathBuf
     }
     let name = hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(dir.as_os_str().as_encoded_bytes())[..8]);
     let base = Path::new(RELOCATED);
-    fs::create_dir_all(base).map_err(|e| io(format!("cannot create {RELOCATED}"), e))?;
+    // Entered by `postgres` to reach its clusters, written by root alone.
+    super::private::own_directory(base, 0o755)?;
     let pg_dir = base.join(name);
     tracing::warn!(
         dir = %dir.display(),
@@ -99,7 +100,13 @@ pub(super) fn has_binaries(dir: &Path) -> bool {
 }
 
 pub(super) fn is_root() -> bool {
-    fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+    effective_uid() == Some(0)
+}
+
+/// The account this process acts as: `/proc/self` belongs to it (Linux, as
+/// `runuser` and the rest of this module assume).
+pub(super) fn effective_uid() -> Option<u32> {
+    fs::metadata("/proc/self").map(|m| m.uid()).ok()
 }
 
 pub(super) fn postgres_account() -> Result<Account, ClusterError> {

@@ -11,6 +11,7 @@
 
 use std::fs;
 use std::net::TcpListener;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
@@ -66,8 +67,7 @@ impl Cluster {
             Some(_) => return Err(ClusterError::NoBinaries),
             None => find_binaries().ok_or(ClusterError::NoBinaries)?,
         };
-        fs::create_dir_all(dir)
-            .map_err(|e| io(format!("cannot create data directory {}", dir.display()), e))?;
+        private::own_directory(dir, data_dir_mode())?;
         // PostgreSQL resolves relative paths from inside its data directory.
         let dir = std::path::absolute(dir).map_err(|e| io(format!("cannot resolve {}", dir.display()), e))?;
         Self::launch(bin, &dir, true, false)
@@ -81,7 +81,11 @@ impl Cluster {
             std::process::id(),
             rand::random::<u64>()
         ));
-        fs::create_dir_all(&dir).map_err(|e| io(format!("cannot create {}", dir.display()), e))?;
+        // Not create_dir_all: a directory already there is not ours.
+        fs::DirBuilder::new()
+            .mode(data_dir_mode())
+            .create(&dir)
+            .map_err(|e| io(format!("cannot create {}", dir.display()), e))?;
         let bin = find_binaries().ok_or(ClusterError::NoBinaries)?;
         Self::launch(bin, &dir, false, true)
     }
@@ -169,7 +173,7 @@ impl Cluster {
         }
         Err(ClusterError::Io(format!(
             "pglimit runs as root, so its private PostgreSQL runs as the `postgres` account, which cannot reach {}: \
-             set PGLIMIT_DATA_DIR to a directory it can enter (e.g. /var/lib/pglimit or /tmp/pglimit), or set DATABASE_URL",
+             set PGLIMIT_DATA_DIR to a directory it can enter (e.g. /var/lib/pglimit/data), or set DATABASE_URL",
             dir.display()
         )))
     }
@@ -244,6 +248,16 @@ impl Cluster {
         let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
         output.push_str(&String::from_utf8_lossy(&out.stdout));
         Err(ClusterError::Command { what, output: output.trim().to_owned() })
+    }
+}
+
+/// A data directory's mode: this account's alone, but as root `postgres`
+/// must pass through it to the cluster inside (it cannot list or write it).
+fn data_dir_mode() -> u32 {
+    if is_root() {
+        0o711
+    } else {
+        0o700
     }
 }
 
