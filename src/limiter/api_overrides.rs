@@ -63,7 +63,8 @@ impl ApiOverrides {
     }
 
     /// The override of `policy` that applies to these normalised values at
-    /// `now`, if any: the newest that matches and has not expired.
+    /// `now`, if any: of those that match and have not expired, the newest
+    /// deny, or else the newest.
     pub fn matching(
         &self,
         secret: &KeySecret,
@@ -80,8 +81,9 @@ impl ApiOverrides {
             .collect();
         let now = Utc::now();
         let keyed = keys.iter().filter_map(|(_, key)| set.by_key.get(key)).flatten();
-        let found =
-            keyed.chain(&set.patterned).copied().filter(|&i| set.all[i].applies(values, &keys, now)).min();
+        let matching =
+            keyed.chain(&set.patterned).copied().filter(|&i| set.all[i].applies(values, &keys, now));
+        let found = matching.min_by_key(|&i| (!set.all[i].action.is_deny(), i));
         found.map(|i| &set.all[i])
     }
 }

@@ -66,12 +66,10 @@ pub(super) fn plan(
         CheckRequest::Policy { policy, identifiers, cost } => {
             let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
             let values = request::identifiers(policy, identifiers, *cost)?;
-            // The API's overrides first: set for one customer, they are meant
-            // to win over the file's, which are for everyone.
-            let matched = match api.matching(secret, &policy.name, &values) {
-                Some(o) => Some((MatchedBy::Api { id: Arc::clone(&o.id) }, &o.action)),
-                None => policy.override_for(&values).map(|o| (MatchedBy::File { index: o.index }, &o.action)),
-            };
+            let api = api.matching(secret, &policy.name, &values);
+            let api = api.map(|o| (MatchedBy::Api { id: Arc::clone(&o.id) }, &o.action));
+            let file = policy.override_for(&values).map(|o| (MatchedBy::File { index: o.index }, &o.action));
+            let matched = stronger(api, file);
             let over = matched.as_ref().map(|(_, action)| *action);
             let limits = |b: &BucketDef| policy.limit_for(b, over);
             let buckets =
@@ -104,6 +102,20 @@ pub(super) fn plan(
             let counters = counters(crate::telemetry::ADHOC);
             Ok(Plan { batch, on_store_error, shadow: shadow_all, counters, matched: None })
         }
+    }
+}
+
+/// Which of the API's and the file's overrides applies: a deny from either,
+/// else the API's (set for one customer, it is meant to win over the
+/// file's, which are for everyone). Blocks are checked apart, and beat both.
+fn stronger<'a>(
+    api: Option<(MatchedBy, &'a OverrideAction)>,
+    file: Option<(MatchedBy, &'a OverrideAction)>,
+) -> Option<(MatchedBy, &'a OverrideAction)> {
+    match (api, file) {
+        (Some(api), Some(file)) if file.1.is_deny() && !api.1.is_deny() => Some(file),
+        (Some(api), _) => Some(api),
+        (None, file) => file,
     }
 }
 

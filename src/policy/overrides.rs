@@ -33,6 +33,14 @@ pub enum OverrideAction {
     Deny,
 }
 
+impl OverrideAction {
+    /// A deny beats every other action wherever it was set (file or API,
+    /// older or newer): an allow or a limit must never lift a ban.
+    pub fn is_deny(&self) -> bool {
+        matches!(self, Self::Deny)
+    }
+}
+
 /// A pattern on one identifier's normalised value (what
 /// [`IdentifierKind::normalise`] returns).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +116,11 @@ impl Override {
 }
 
 impl Policy {
-    /// The first override matching `values`, the normalised identifier
-    /// values by name (as the limiter builds them), if any.
+    /// The override matching `values`, the normalised identifier values by
+    /// name (as the limiter builds them), if any: the first deny that
+    /// matches, or else the first that matches.
     pub fn override_for(&self, values: &BTreeMap<&str, String>) -> Option<&Override> {
-        self.overrides.iter().find(|o| o.matches(values))
+        self.overrides.iter().filter(|o| o.matches(values)).min_by_key(|o| !o.action.is_deny())
     }
 
     /// The limit `bucket` enforces under `over` (the action of the override

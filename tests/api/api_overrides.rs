@@ -1,6 +1,7 @@
 //! Overrides set through the API (`/admin/overrides`), with two instances
 //! on one database: set or removed through one, applied by the other
-//! within the bound; tried before the policy file's; ended by `until`;
+//! within the bound; tried before the policy file's, but never lifting a
+//! deny; ended by `until`;
 //! listed with exact values only as hashes.
 
 use std::time::{Duration, Instant};
@@ -91,23 +92,42 @@ async fn an_override_set_on_one_instance_changes_the_others_answer_within_a_seco
     assert_eq!(peek(&b, "acct_42").await.get("override"), None);
 }
 
+/// The review's first case: an account allowed or given limits through the
+/// API could lift the file's deny list for itself. A deny wins over both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_override_is_tried_before_the_policy_files() {
+async fn the_policy_files_deny_holds_against_an_api_override_that_would_lift_it() {
     let (a, b) = two_instances().await;
     let internal = request("acct_7", "10.1.2.3");
     let refused = check(&b, internal.clone()).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "the file's deny list");
     assert_eq!(refused.body["override"], json!({ "index": 0, "action": "deny" }));
 
-    let id = add(&a, json!({ "policy": "api", "when": { "account": "acct_7" }, "unlimited": true })).await;
-    until_seen(&b, "acct_7", |body| body["override"]["id"] == json!(id)).await;
-    for _ in 0..5 {
-        let admitted = check(&b, internal.clone()).await;
-        assert_eq!(admitted.status, StatusCode::OK, "{}", admitted.body);
-        assert_eq!(admitted.body["override"], json!({ "id": id, "action": "unlimited" }));
+    let allowed =
+        add(&a, json!({ "policy": "api", "when": { "account": "acct_7" }, "unlimited": true })).await;
+    let limits = json!({ "policy": "api", "when": { "account": "acct_8" }, "limits": { "monthly": 100 } });
+    let raised = add(&a, limits).await;
+    until_seen(&b, "acct_8", |body| body["override"]["id"] == json!(raised)).await;
+    assert_eq!(peek(&b, "acct_7").await["override"]["id"], json!(allowed), "applies outside the range");
+    for account in ["acct_7", "acct_8"] {
+        let denied = check(&b, request(account, "10.1.2.3")).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{}", denied.body);
+        assert_eq!(denied.body["override"], json!({ "index": 0, "action": "deny" }));
     }
-    let neighbour = check(&b, request("acct_8", "10.1.2.4")).await;
-    assert_eq!(neighbour.body["override"]["index"], 0, "the rest of the range is still denied");
+}
+
+/// The review's second case: a newer `unlimited` on a whole domain lifted
+/// an older deny of one address in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_deny_holds_against_a_newer_api_override_that_would_lift_it() {
+    let (a, b) = two_instances().await;
+    let deny = json!({ "policy": "api", "when": { "account": "acct_3" }, "deny": true });
+    let denied = add(&a, deny).await;
+    let partner = json!({ "policy": "api", "when": { "email": "*@example.com" }, "unlimited": true });
+    let partner = add(&a, partner).await;
+    until_seen(&b, "acct_4", |body| body["override"]["id"] == json!(partner)).await;
+    let reply = check(&b, request("acct_3", "192.0.2.1")).await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{}", reply.body);
+    assert_eq!(reply.body["override"], json!({ "id": denied, "action": "deny" }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,3 +98,13 @@ async fn an_operator_block_beats_the_allow_list_for_every_algorithm() {
         assert_eq!(admitted(&app, &blocked, 5).await, 5, "{algorithm}: unlimited again once lifted");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_further_down_the_file_beats_an_earlier_override_that_also_matches() {
+    let file = policy_file(&override_policy("fixed_window"));
+    let app = instance(&fresh_database().await, &[("PGLIMIT_POLICIES", file.to_str().unwrap())]).await;
+    let partner_from_the_denied_address = api("b@partner.example", "203.0.113.66");
+    let refused = check(&app, partner_from_the_denied_address).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.body);
+    assert_eq!(refused.body["override"], json!({ "index": 2, "action": "deny" }));
+}
