@@ -10,6 +10,7 @@ mod forward_auth;
 mod grpc;
 mod guard;
 mod headers;
+mod health;
 mod layers;
 mod leases;
 mod metrics;
@@ -18,11 +19,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::Uri;
 use axum::routing::{any, delete, get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::Router;
 use tokio::net::TcpListener;
 
 pub use auth::Auth;
@@ -34,7 +34,7 @@ pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
 use crate::limiter::Limiter;
-use crate::storage::{DenyCache, FallbackStore, PgStore, Store};
+use crate::storage::{DenyCache, FallbackStore, PgStore};
 use crate::telemetry::SlowChecks;
 
 /// Largest accepted request body.
@@ -92,8 +92,8 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/overrides", get(admin_overrides::list).post(admin_overrides::add))
         .route("/admin/overrides/{id}", delete(admin_overrides::remove))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
@@ -112,30 +112,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
-}
-
-/// The process is up.
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
-}
-
-/// Which store is answering checks now, how many instances share the
-/// database (each keeps to its share of a limit in fallback), and which
-/// policy file is in force. Still 200 in fallback: the instance answers,
-/// and every instance would fall back alike.
-async fn readyz(State(state): State<AppState>) -> Json<Value> {
-    let store = state.limiter.store();
-    let degraded = store.is_degraded();
-    let answering = if degraded { "memory" } else { "postgres" };
-    let policies = state.limiter.policies();
-    Json(json!({
-        "status": "ready",
-        "store": answering,
-        "degraded": degraded,
-        "instances": store.instances(),
-        "actions": store.actions_heard(),
-        "policies": policies.hash(),
-    }))
 }
 
 /// The OpenAPI 3.1 description of this API, kept true by `tests/api/openapi.rs`

@@ -191,3 +191,36 @@ async fn the_server_is_the_major_version_the_run_asked_for() {
         assert_eq!(version / 10_000, asked.parse::<i32>().expect("a major version"), "PGLIMIT_TEST_PG_MAJOR");
     }
 }
+
+/// `actions` moves on every reset, so an open `/readyz` would count logins
+/// (with reset on success) for anyone who reaches the port.
+#[tokio::test]
+async fn readyz_shows_only_its_status_without_a_token_and_its_details_with_the_metrics_or_admin_token() {
+    let tokens = [
+        ("PGLIMIT_METRICS_TOKEN", "scrape-me"),
+        ("PGLIMIT_API_TOKENS", "app"),
+        ("PGLIMIT_ADMIN_TOKENS", "ops"),
+    ];
+    let app = instance(&fresh_database().await, &tokens).await;
+    let read = |token: Option<&'static str>| {
+        let mut request = Request::get("/readyz");
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let app = app.clone();
+        async move { send(&app, request.body(Body::empty()).unwrap()).await }
+    };
+    for token in [None, Some("wrong")] {
+        let reply = read(token).await;
+        assert_eq!(reply.status, StatusCode::OK, "a probe without a token still reads ready");
+        assert_eq!(
+            reply.body,
+            serde_json::json!({ "status": "ready", "store": "postgres", "degraded": false })
+        );
+    }
+    for token in ["scrape-me", "ops"] {
+        let body = read(Some(token)).await.body;
+        let details = ["instances", "actions", "policies"].map(|k| body.get(k).is_some());
+        assert_eq!(details, [true; 3], "{token}: {body}");
+    }
+}
