@@ -229,11 +229,30 @@ pub async fn restart_cluster(cluster: Cluster) -> Cluster {
     tokio::task::spawn_blocking(move || cluster.restart().map(|()| cluster)).await.unwrap().expect("restart")
 }
 
-/// Runs the binary to completion; returns (success, stderr).
+/// Runs the binary to completion; returns (success, stderr). For refusals
+/// at start-up: one still running after a minute did not refuse, so it is
+/// stopped and the test fails saying so, rather than waiting forever.
 pub fn run_to_exit(envs: &[(&str, &str)]) -> (bool, String) {
-    let out =
-        command(envs).env("PGLIMIT_LOG_FORMAT", "text").stderr(Stdio::piped()).output().expect("run pglimit");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let log = std::env::temp_dir().join(super::unique("pglimit-exit.log"));
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut child =
+        command(envs).env("PGLIMIT_LOG_FORMAT", "text").stderr(file).spawn().expect("run pglimit");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for pglimit") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("pglimit was still running after 60 s, so it did not refuse to start:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (status.success(), stderr)
 }
 
 /// As [`start`], with command-line arguments.
