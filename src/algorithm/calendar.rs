@@ -50,12 +50,36 @@ impl CalendarUnit {
     }
 }
 
-/// Parses an IANA time zone name (`Europe/Berlin`, `UTC`); the error is a
-/// sentence for the caller.
+/// IANA's geographic areas, the first part of every region name
+/// (`Europe/Berlin`). Names outside them are abbreviations (`CET`),
+/// offsets (`Etc/GMT+5`, `EST5EDT`) or old aliases (`US/Eastern`), which
+/// Postgres may read as a fixed offset where the model applies summer time.
+const AREAS: [&str; 10] = [
+    "Africa",
+    "America",
+    "Antarctica",
+    "Arctic",
+    "Asia",
+    "Atlantic",
+    "Australia",
+    "Europe",
+    "Indian",
+    "Pacific",
+];
+
+/// Parses an IANA region name (`Europe/Berlin`) or `UTC`; the error is a
+/// sentence for the caller, naming `timezone`.
 pub fn parse_zone(name: &str) -> Result<Tz, String> {
-    name.parse::<Tz>().map_err(|_| {
-        format!("{name:?} is not a time zone this service knows: use an IANA name such as \"Europe/Berlin\"")
-    })
+    let region = name == "UTC"
+        || name.split_once('/').is_some_and(|(area, place)| AREAS.contains(&area) && !place.is_empty());
+    match name.parse::<Tz>() {
+        Ok(zone) if region => Ok(zone),
+        _ => Err(format!(
+            "timezone {name:?} is not an IANA region name this service knows: use Area/Location, such \
+             as \"Europe/Berlin\", or \"UTC\" (abbreviations such as CET and fixed offsets such as UTC+5 \
+             are refused: PostgreSQL reads some of them without summer time)"
+        )),
+    }
 }
 
 impl Calendar {
@@ -144,5 +168,22 @@ mod tests {
         assert_eq!(CalendarUnit::Week.spelling(), "1 calendar week");
         assert_eq!(CalendarUnit::parse("1 month"), None);
         assert!(parse_zone("Europe/Nowhere").is_err());
+    }
+
+    #[test]
+    fn only_region_names_and_utc_are_zones_not_abbreviations_offsets_or_paths() {
+        for name in ["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Australia/Lord_Howe"] {
+            assert_eq!(parse_zone(name).map(|z| z.name()), Ok(name));
+        }
+        // chrono-tz knows each of these; Postgres reads CET, EET, MET and
+        // WET as fixed offsets, without the summer time chrono-tz applies.
+        let refused =
+            ["CET", "EET", "MET", "WET", "EST5EDT", "EST", "GMT", "Etc/GMT+5", "Etc/UTC", "US/Eastern"];
+        let tricks =
+            ["UTC+5", "+05:00", "../../etc/passwd", "Europe/../UTC", "UTC\0", "posixrules", "Europe/", ""];
+        for name in refused.into_iter().chain(tricks) {
+            let error = parse_zone(name).expect_err(name);
+            assert!(error.starts_with("timezone ") && error.contains("\"Europe/Berlin\""), "{name}: {error}");
+        }
     }
 }

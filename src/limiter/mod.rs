@@ -95,6 +95,7 @@ impl<S: Store> Limiter<S> {
     /// `shadow_all` (`PGLIMIT_SHADOW`) puts every policy, and ad hoc keys,
     /// in shadow mode.
     pub fn new(store: S, policies: Policies, secret: KeySecret, shadow_all: bool) -> Self {
+        plan::warn_unknown_zones(&policies, |zone| store.knows_zone(zone));
         let outcomes = Shape::ad_hoc(shadow_all).outcomes();
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
@@ -121,6 +122,7 @@ impl<S: Store> Limiter<S> {
 
     /// Puts `policies` in force for every check that starts from now on.
     pub fn replace_policies(&self, policies: Policies) {
+        plan::warn_unknown_zones(&policies, |zone| self.store.knows_zone(zone));
         self.in_force.store(Arc::new(InForce::new(policies, self.shadow_all)));
     }
 
@@ -142,6 +144,7 @@ impl<S: Store> Limiter<S> {
                 return Err(CheckError::Invalid(Invalid::NoLeases { bucket: slots.name.clone() }));
             }
         }
+        plan::zones_known(&plan.batch, |zone| self.store.knows_zone(zone))?;
         let max_life = || lease::max_life(&self.policies(), request);
         let lease = takes_lease(&plan.batch).then(|| lease::mint(max_life()));
         plan.batch.lease = lease.as_ref().map(|(_, stored)| *stored);

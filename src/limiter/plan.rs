@@ -153,6 +153,34 @@ pub(super) fn bucket_spec(
     })
 }
 
+/// Refuses a check with a calendar zone the store cannot decide (one a
+/// Postgres server's older tzdata lacks) alone, before it joins a batch
+/// whose every check that zone would fail.
+pub(super) fn zones_known(batch: &CheckBatch, knows: impl Fn(&str) -> bool) -> Result<(), Invalid> {
+    let unknown = |b: &BucketSpec| b.calendar.map(|c| c.zone.name()).filter(|zone| !knows(zone));
+    match batch.buckets.iter().find_map(|b| Some((&b.name, unknown(b)?))) {
+        None => Ok(()),
+        Some((bucket, zone)) => Err(Invalid::Timezone(format!(
+            "timezone {zone:?} (bucket {bucket:?}): the PostgreSQL server does not know this zone (its \
+             pg_timezone_names lacks it: its tzdata is older than pglimit's); update the server's tzdata \
+             or use another zone"
+        ))),
+    }
+}
+
+/// Warns of each calendar zone in `policies` the store cannot decide: their
+/// checks are refused until the server knows it.
+pub(super) fn warn_unknown_zones(policies: &Policies, knows: impl Fn(&str) -> bool) {
+    for policy in policies.iter() {
+        let zones = policy.buckets.iter().filter_map(|b| Some((&b.name, b.calendar?.zone.name())));
+        for (bucket, zone) in zones.filter(|(_, zone)| !knows(zone)) {
+            tracing::warn!(policy = %policy.name, %bucket, zone, "the PostgreSQL server does not know this \
+                bucket's timezone (its pg_timezone_names lacks it): its checks are refused with a 400 until \
+                the server's tzdata is updated");
+        }
+    }
+}
+
 /// What the store may do in memory for a check whose policy chose these.
 fn memory_fallback(on_store_error: OnStoreError, share: FallbackShare) -> MemoryFallback {
     match (on_store_error, share) {

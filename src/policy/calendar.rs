@@ -86,4 +86,13 @@ mod tests {
         let typo = parse_window_in("1 calendar year", None, Algorithm::FixedWindow).unwrap_err();
         assert!(typo.message.contains("\"1 calendar month\""), "{}", typo.message);
     }
+
+    #[test]
+    fn an_abbreviation_or_a_fixed_offset_is_refused_as_a_calendar_zone_naming_timezone() {
+        for zone in ["CET", "EET", "MET", "WET", "UTC+5", "Etc/GMT-1", "US/Eastern"] {
+            let refused = parse_window_in("1 calendar day", Some(zone), Algorithm::FixedWindow).unwrap_err();
+            assert_eq!(refused.field, "timezone", "{zone}");
+            assert!(refused.message.contains(&format!("timezone {zone:?}")), "{}", refused.message);
+        }
+    }
 }

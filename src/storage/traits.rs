@@ -43,6 +43,13 @@ pub trait Store: Send + Sync + 'static {
     fn keeps_leases(&self) -> bool {
         true
     }
+
+    /// Whether calendar windows in the IANA zone `zone` may be checked
+    /// here: with Postgres, only a zone its server lists, as one it lacks
+    /// fails every check batched with it; memory knows every zone.
+    fn knows_zone(&self, _zone: &str) -> bool {
+        true
+    }
 }
 
 /// Changes made to limits by a caller or an operator. They are made in

@@ -16,6 +16,9 @@ use crate::common::{
     app, check, fresh_database, functions_pool, instance, policy_file, try_instance, unique,
 };
 
+#[path = "calendar_zones.rs"]
+mod zones;
+
 /// Zones with daylight saving at 02:00 or 03:00, at midnight (Havana,
 /// Santiago), by half an hour (Lord Howe), and none, with odd offsets.
 const ZONES: [&str; 9] = [

@@ -138,6 +138,10 @@ impl<S: Store> Store for DenyCache<S> {
         self.inner.actions_heard()
     }
 
+    fn knows_zone(&self, zone: &str) -> bool {
+        self.inner.knows_zone(zone)
+    }
+
     fn keeps_leases(&self) -> bool {
         self.inner.keeps_leases()
     }

@@ -234,4 +234,10 @@ impl<P: Primary> Store for FallbackStore<P> {
     fn keeps_leases(&self) -> bool {
         self.inner.primary.keeps_leases()
     }
+
+    /// As the server last seen says, during an outage too: what memory
+    /// admits must be what Postgres can take back.
+    fn knows_zone(&self, zone: &str) -> bool {
+        self.inner.primary.knows_zone(zone)
+    }
 }

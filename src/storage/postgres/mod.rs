@@ -32,6 +32,7 @@ mod session;
 mod statements;
 mod tls;
 mod upsert;
+mod zones;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,6 +141,14 @@ impl PgStore {
         self.submit(batch, Some(now)).await
     }
 
+    /// Makes the store behave as if its server did not list `zone` in
+    /// `pg_timezone_names`, until a reconnect reads them again: for tests,
+    /// which have no server with tzdata older than pglimit's at hand.
+    #[doc(hidden)]
+    pub fn forget_zone(&self, zone: &str) {
+        self.session.zones().forget(zone);
+    }
+
     /// Deletes up to the configured number of expired rows now; returns how
     /// many it deleted. Checks also start this on their own.
     pub async fn cleanup(&self) -> Result<u64, sqlx::Error> {
@@ -152,6 +161,12 @@ impl PgStore {
         if concurrency && !self.session.layout().takes_leases() {
             // Refused alone, before the lane: it would fail the call of every check batched with it.
             return Err(StoreError::Failed(CONCURRENCY_ON_CITUS.into()));
+        }
+        if let Some(zone) = self.session.zones().first_unknown(batch) {
+            // As above: the limiter refuses these first; this is for any other caller.
+            return Err(StoreError::Failed(format!(
+                "the PostgreSQL server does not know time zone {zone:?}"
+            )));
         }
         if let Some(parts) = self.session.layout().split(batch) {
             return self.submit_parts(parts, batch, now).await;
@@ -224,6 +239,10 @@ pub const CONCURRENCY_ON_CITUS: &str = "concurrency buckets are not supported in
 impl Store for PgStore {
     fn keeps_leases(&self) -> bool {
         self.session.layout().takes_leases()
+    }
+
+    fn knows_zone(&self, zone: &str) -> bool {
+        self.session.zones().knows(zone)
     }
 
     async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {

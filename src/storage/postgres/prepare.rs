@@ -1,6 +1,7 @@
 //! What start-up does to the database before the first check: refuse a
 //! server too old, create the configured schema, apply the migrations and
-//! the table persistence, and set up Citus mode.
+//! the table persistence, set up Citus mode, and read the time zones the
+//! server knows.
 
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ use crate::storage::postgres::{schema, tls};
 
 impl Session {
     /// Applies the migrations, the configured table persistence and, on a
-    /// Citus cluster, the distribution of the tables.
+    /// Citus cluster, the distribution of the tables; reads the server's
+    /// time zones (the coordinator's, in Citus mode).
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
         let mut conn = self.open().await.map_err(|e| tls::explain(e, &self.connect))?;
         let mut tx = self.begin(&mut conn).await?;
@@ -43,6 +45,7 @@ impl Session {
         };
         let _ = self.layout.set(layout);
         let _ = self.settings.set(Settings::new(self.longest_wait, Some(&path)));
+        self.zones.read(&mut conn).await?;
         conn.close().await
     }
 

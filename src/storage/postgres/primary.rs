@@ -21,11 +21,13 @@ impl Primary for PgStore {
     /// reused, and the fresh one becomes the health connection.
     ///
     /// In Citus mode, every route is pinged through the coordinator: the
-    /// coordinator answering says nothing of the workers.
+    /// coordinator answering says nothing of the workers. The server's
+    /// time zones are read again: it may be another server now.
     async fn probe(&self) -> Result<(), StoreError> {
         let mut conn = self.session.open().await.map_err(classify)?;
         session::ping_writable(&mut conn).await.map_err(classify)?;
         self.session.layout().ping_workers(&mut conn).await.map_err(classify)?;
+        self.session.zones().read(&mut conn).await.map_err(classify)?;
         self.session.renew();
         self.health.install(&self.session, conn).await;
         Ok(())

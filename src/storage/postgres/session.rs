@@ -13,6 +13,7 @@ use super::citus::Node;
 use super::layout::Layout;
 use super::pooler::{quote_ident, Pooler, Settings};
 use super::tls::{self, Target};
+use super::zones::ServerZones;
 use crate::storage::StoreError;
 
 #[path = "prepare.rs"]
@@ -42,6 +43,8 @@ pub(super) struct Session {
     settings: OnceLock<Settings>,
     /// `PGLIMIT_DB_SCHEMA`: where pglimit's objects are; `None`: the role's search path.
     schema: Option<String>,
+    /// The zones the server knows, read by [`Session::prepare`] and on reconnect.
+    zones: ServerZones,
 }
 
 /// How to reach Postgres, besides the URL.
@@ -75,7 +78,13 @@ impl Session {
             first_settings,
             settings,
             schema,
+            zones: ServerZones::default(),
         })
+    }
+
+    /// The time zones the server last prepared or probed knows.
+    pub fn zones(&self) -> &ServerZones {
+        &self.zones
     }
 
     fn settings(&self) -> &Settings {
