@@ -32,7 +32,7 @@ export interface paths {
         put?: never;
         /**
          * Put a check's buckets back to full (e.g. after a successful login), then peek
-         * @description Deletes the named buckets' counters (default: all of the check's) and their lockouts, in one transaction heard by every instance at once (their remembered denials of these keys are forgotten); an operator's block stays. Answers like a /check of cost 0 taken after the reset. 503 while Postgres is away.
+         * @description Deletes the named buckets' counters (default: all of the check's) and their lockouts, in one transaction heard by every instance at once (their remembered denials of these keys are forgotten); an operator's block stays. A concurrency bucket's leases end with it (their slots in other buckets are freed; a later /renew or /release of one is a 404 unknown-lease). Answers like a /check of cost 0 taken after the reset. 503 while Postgres is away.
          */
         post: operations["reset"];
         delete?: never;
@@ -52,7 +52,7 @@ export interface paths {
         put?: never;
         /**
          * Free a concurrency lease's slots
-         * @description Idempotent: released is true if the lease held slots, false if it was released already or has ended; 404 (field lease) if there is no such lease, or it ended and was cleaned up. Notifies every instance.
+         * @description Idempotent: released is true if the lease held slots, false if it was released already (within the last minute) or has ended; 404 unknown-lease (field lease) if there is no such lease, it ended and was cleaned up, or a /reset of one of its buckets ended it. Notifies every instance. While Postgres is away, a release is kept only for a lease this instance can vouch for, else 503.
          */
         post: operations["release"];
         delete?: never;
@@ -72,7 +72,7 @@ export interface paths {
         put?: never;
         /**
          * Extend a concurrency lease by its lease time from now
-         * @description 404 (field lease) if the lease has ended, was released, or does not exist.
+         * @description 404 unknown-lease (field lease) if the lease has ended, was released, was ended by a /reset of one of its buckets, or does not exist. 409 lease-life-exceeded (field lease, the detail naming max_lease_life) if the renewal would keep the lease past its policy's max_lease_life (1 day for ad hoc keys) from when it was taken; the lease is left as it was, and ends at its expires_at.
          */
         post: operations["renew"];
         delete?: never;
@@ -340,7 +340,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Which store is serving checks now */
+        /** Which store is serving checks now; details with the metrics or admin token */
         get: operations["readyz"];
         put?: never;
         post?: never;
@@ -409,7 +409,7 @@ export interface components {
             /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
             /**
-             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @description IANA region name (Area/Location, e.g. Europe/Berlin) or UTC of a calendar window; only with a calendar window. Abbreviations (CET) and fixed offsets (UTC+5, Etc/GMT-1) are refused, and so is a zone the PostgreSQL server does not list in pg_timezone_names
              * @default UTC
              */
             timezone?: string | null;
@@ -427,7 +427,7 @@ export interface components {
             limit: number;
             /** @constant */
             algorithm: "concurrency";
-            /** @description How long an admitted check holds its slots unless released or renewed (100ms to 366d); required */
+            /** @description How long an admitted check holds its slots unless released or renewed (100ms to 1d, the max_lease_life of ad hoc leases, which renewals cannot pass either); required */
             lease: string;
             cost?: components["schemas"]["Cost"];
         };
@@ -517,7 +517,7 @@ export interface components {
             /** @description 100ms to 366d, or a calendar window (fixed_window only): 1 calendar day, 1 calendar week (from Monday) or 1 calendar month (from the 1st), in timezone */
             window: string;
             /**
-             * @description IANA time zone of a calendar window, e.g. Europe/Berlin; only with a calendar window
+             * @description IANA region name (Area/Location, e.g. Europe/Berlin) or UTC of a calendar window; only with a calendar window. Abbreviations (CET) and fixed offsets (UTC+5, Etc/GMT-1) are refused, and so is a zone the PostgreSQL server does not list in pg_timezone_names
              * @default UTC
              */
             timezone?: string | null;
@@ -877,6 +877,7 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -1171,11 +1172,11 @@ export interface operations {
                         store: "postgres" | "memory";
                         degraded: boolean;
                         /** @description Service instances sharing the database at the last heartbeat, this one included; in fallback each enforces its share of a limit */
-                        instances: number;
+                        instances?: number;
                         /** @description The first 12 hex digits of the SHA-256 of the policy file in force (or of the built-in one); changes when a reload puts a new file in force */
-                        policies: string;
+                        policies?: string;
                         /** @description Generation of the last reset, block or unblock this instance has heard of (from any instance) */
-                        actions: number;
+                        actions?: number;
                     };
                 };
             };
