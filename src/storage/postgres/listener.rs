@@ -167,9 +167,9 @@ pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: wa
     tokio::spawn(async move {
         loop {
             match listen(&options).await {
-                Ok(mut listener) => {
+                Ok((mut listener, plaintext)) => {
                     heard.missed(); // anything sent before this went unheard
-                    if hear(&mut listener, &heard, &mut closed).await.is_none() {
+                    if hear(&mut listener, plaintext, &heard, &mut closed).await.is_none() {
                         return;
                     }
                 }
@@ -183,7 +183,21 @@ pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: wa
     });
 }
 
-async fn listen(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
+/// A listener as `sslmode` asks, and whether it went without TLS: under
+/// `prefer`, as every connection of the session, it does when the
+/// handshake fails, for this connection only.
+async fn listen(options: &PgConnectOptions) -> Result<(PgListener, bool), sqlx::Error> {
+    match listen_with(options).await {
+        Err(e) if super::tls::may_fall_back(options, &e) => {
+            super::tls::warn_plaintext(&e, options);
+            let plaintext = options.clone().ssl_mode(sqlx::postgres::PgSslMode::Disable);
+            Ok((listen_with(&plaintext).await?, true))
+        }
+        result => result.map(|listener| (listener, false)),
+    }
+}
+
+async fn listen_with(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
     let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(options.clone());
     let mut listener = PgListener::connect_with(&pool).await?;
     listener.listen(CHANNEL).await?;
@@ -191,13 +205,20 @@ async fn listen(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
 }
 
 /// Passes notifications on until the connection fails (`Some`) or the
-/// store is gone (`None`).
-async fn hear(listener: &mut PgListener, heard: &Heard, closed: &mut watch::Receiver<()>) -> Option<()> {
+/// store is gone (`None`). A `plaintext` listener that lost its connection
+/// stops too, so that the next one tries TLS again.
+async fn hear(
+    listener: &mut PgListener,
+    plaintext: bool,
+    heard: &Heard,
+    closed: &mut watch::Receiver<()>,
+) -> Option<()> {
     loop {
         tokio::select! {
             _ = closed.changed() => return None,
             next = listener.try_recv() => match next {
                 Ok(Some(notification)) => heard.notified(notification.payload()),
+                Ok(None) if plaintext => return Some(()),
                 // Lost and already reconnected: what was sent meanwhile is lost.
                 Ok(None) => heard.missed(),
                 Err(e) => {

@@ -129,7 +129,7 @@ impl PgStore {
         // Behind a transaction pooler a LISTEN would end with its transaction:
         // actions reach this instance through the heartbeat's generation read.
         if listen {
-            listener::spawn(session.connect_options(), Arc::clone(&heard), closed);
+            listener::spawn(session.url_options().clone(), Arc::clone(&heard), closed);
         }
         let (actions, _listening) = (Arc::new(ActionConn::new()), Arc::new(listening));
         Ok(Self { lanes, session, cleanup, health, actions, heard, listening: listen, _listening })

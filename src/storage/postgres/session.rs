@@ -2,7 +2,7 @@
 //! what their errors mean for the instance. What start-up does to the
 //! database first (migrations, persistence, Citus) is in `prepare.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -30,9 +30,6 @@ pub(super) struct Session {
     generation: AtomicU64,
     /// Set by [`Session::prepare`]; a single node until then.
     layout: OnceLock<Layout>,
-    /// Whether the last connection to the URL's server went without TLS
-    /// because its handshake failed under `sslmode=prefer`.
-    fell_back: AtomicBool,
     pooler: Pooler,
     longest_wait: Duration,
     /// How soon a caller may stop waiting and answer without Postgres.
@@ -62,7 +59,7 @@ impl Session {
         // A lane never abandons a call its caller still awaits; the floor
         // leaves room for a handshake under a short timeout.
         let hard_limit = longest_wait.max(Duration::from_secs(2));
-        let (generation, layout, fell_back) = (AtomicU64::new(0), OnceLock::new(), AtomicBool::new(false));
+        let (generation, layout) = (AtomicU64::new(0), OnceLock::new());
         let path = reach.schema.as_deref().map(quote_ident);
         let first_settings = Settings::new(longest_wait, path.as_deref());
         let (pooler, schema, settings) = (reach.pooler, reach.schema, OnceLock::new());
@@ -71,7 +68,6 @@ impl Session {
             hard_limit,
             generation,
             layout,
-            fell_back,
             pooler,
             longest_wait,
             patience: longest_wait,
@@ -115,15 +111,10 @@ impl Session {
         }
     }
 
-    /// How connections are opened, for connections managed elsewhere (the
-    /// listener's pool, which keeps them): as the last one to the URL's
-    /// server was, so without TLS only if that one's handshake failed.
-    pub fn connect_options(&self) -> PgConnectOptions {
-        let options = self.connect.options().clone();
-        match self.fell_back.load(Ordering::Acquire) {
-            true => options.ssl_mode(PgSslMode::Disable),
-            false => options,
-        }
+    /// How the URL asks connections to be opened, for connections managed
+    /// elsewhere (the listener's, which decides `prefer` for each itself).
+    pub fn url_options(&self) -> &PgConnectOptions {
+        self.connect.options()
     }
 
     pub fn with_patience(mut self, patience: Duration) -> Self {
@@ -171,20 +162,10 @@ impl Session {
         };
         let error = match PgConnection::connect_with(&options).await {
             Err(e) if tls::may_fall_back(&options, &e) => e,
-            result => {
-                if node.is_none() && result.is_ok() {
-                    self.fell_back.store(false, Ordering::Release);
-                }
-                return result;
-            }
+            result => return result,
         };
         let conn = PgConnection::connect_with(&options.clone().ssl_mode(PgSslMode::Disable)).await?;
-        tracing::warn!(error = %error, host = options.get_host(), "TLS to PostgreSQL failed under sslmode=prefer, \
-            so this connection goes without it, as libpq does (the next one tries TLS again); set \
-            sslmode=verify-full (or require) to insist, disable to skip the attempt");
-        if node.is_none() {
-            self.fell_back.store(true, Ordering::Release);
-        }
+        tls::warn_plaintext(&error, &options);
         Ok(conn)
     }
 

@@ -191,6 +191,14 @@ pub(super) fn may_fall_back(options: &PgConnectOptions, error: &sqlx::Error) -> 
     preferred && handshake
 }
 
+/// Says that a connection goes without TLS because its handshake failed
+/// under `prefer`: once per such connection, as the choice is made per connection.
+pub(super) fn warn_plaintext(error: &sqlx::Error, options: &PgConnectOptions) {
+    tracing::warn!(error = %error, host = options.get_host(), "TLS to PostgreSQL failed under sslmode=prefer, \
+        so this connection goes without it, as libpq does (the next one tries TLS again); set \
+        sslmode=verify-full (or require) to insist, disable to skip the attempt");
+}
+
 fn configuration(message: &str) -> sqlx::Error {
     sqlx::Error::Configuration(message.to_owned().into())
 }
