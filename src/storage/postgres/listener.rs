@@ -183,22 +183,14 @@ pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: wa
     });
 }
 
-/// A listener as `sslmode` asks, and whether it went without TLS: under
-/// `prefer`, as every connection of the session, it does when the
-/// handshake fails, for this connection only.
+/// A listener as `sslmode` asks ([`super::tls::open_preferring`]), and
+/// whether it went without TLS.
 async fn listen(options: &PgConnectOptions) -> Result<(PgListener, bool), sqlx::Error> {
-    match listen_with(options).await {
-        Err(e) if super::tls::may_fall_back(options, &e) => {
-            super::tls::warn_plaintext(&e, options);
-            let plaintext = options.clone().ssl_mode(sqlx::postgres::PgSslMode::Disable);
-            Ok((listen_with(&plaintext).await?, true))
-        }
-        result => result.map(|listener| (listener, false)),
-    }
+    super::tls::open_preferring(options, listen_with).await
 }
 
-async fn listen_with(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
-    let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(options.clone());
+async fn listen_with(options: PgConnectOptions) -> Result<PgListener, sqlx::Error> {
+    let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(options);
     let mut listener = PgListener::connect_with(&pool).await?;
     listener.listen(CHANNEL).await?;
     Ok(listener)

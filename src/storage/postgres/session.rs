@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use super::citus::Node;
@@ -151,22 +151,15 @@ impl Session {
         }
     }
 
-    /// A connection as `sslmode` asks; under `prefer`, as libpq does, one
-    /// without TLS when the handshake fails (a certificate rustls cannot
-    /// read, such as the X.509 v1 one Citus makes), for this connection
-    /// only: the next one tries TLS again.
+    /// A connection to `node`, or to the URL's server, as `sslmode` asks
+    /// ([`tls::open_preferring`]).
     async fn connect(&self, node: Option<&Node>) -> Result<PgConnection, sqlx::Error> {
         let options = match node {
             None => self.connect.options().clone(),
             Some(node) => self.connect.options().clone().host(&node.host).port(node.port),
         };
-        let error = match PgConnection::connect_with(&options).await {
-            Err(e) if tls::may_fall_back(&options, &e) => e,
-            result => return result,
-        };
-        let conn = PgConnection::connect_with(&options.clone().ssl_mode(PgSslMode::Disable)).await?;
-        tls::warn_plaintext(&error, &options);
-        Ok(conn)
+        let open = |options: PgConnectOptions| async move { PgConnection::connect_with(&options).await };
+        Ok(tls::open_preferring(&options, open).await?.0)
     }
 
     /// Which connections are current: a lane holding an older one reconnects.

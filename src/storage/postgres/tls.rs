@@ -181,7 +181,7 @@ pub(super) fn explain(error: sqlx::Error, target: &Target) -> sqlx::Error {
 
 /// Whether a failed connection may be tried again without TLS: the URL
 /// only prefers TLS (or allows it) and the handshake is what failed.
-pub(super) fn may_fall_back(options: &PgConnectOptions, error: &sqlx::Error) -> bool {
+fn may_fall_back(options: &PgConnectOptions, error: &sqlx::Error) -> bool {
     let preferred = matches!(options.get_ssl_mode(), PgSslMode::Prefer | PgSslMode::Allow);
     let handshake = match error {
         sqlx::Error::Tls(_) => true,
@@ -191,12 +191,28 @@ pub(super) fn may_fall_back(options: &PgConnectOptions, error: &sqlx::Error) -> 
     preferred && handshake
 }
 
-/// Says that a connection goes without TLS because its handshake failed
-/// under `prefer`: once per such connection, as the choice is made per connection.
-pub(super) fn warn_plaintext(error: &sqlx::Error, options: &PgConnectOptions) {
+/// Opens a connection with `open` as `sslmode` asks; under `prefer`, as
+/// libpq does, one without TLS when the handshake fails (a certificate
+/// rustls cannot read, such as the X.509 v1 one Citus makes), logged, for
+/// this connection only: the next one tries TLS again. The one rule for
+/// every connection pglimit opens, the session's and the listener's;
+/// answers whether this one went without TLS.
+pub(super) async fn open_preferring<T, F>(
+    options: &PgConnectOptions,
+    open: impl Fn(PgConnectOptions) -> F,
+) -> Result<(T, bool), sqlx::Error>
+where
+    F: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let error = match open(options.clone()).await {
+        Err(e) if may_fall_back(options, &e) => e,
+        result => return result.map(|conn| (conn, false)),
+    };
+    let conn = open(options.clone().ssl_mode(PgSslMode::Disable)).await?;
     tracing::warn!(error = %error, host = options.get_host(), "TLS to PostgreSQL failed under sslmode=prefer, \
         so this connection goes without it, as libpq does (the next one tries TLS again); set \
         sslmode=verify-full (or require) to insist, disable to skip the attempt");
+    Ok((conn, true))
 }
 
 fn configuration(message: &str) -> sqlx::Error {
