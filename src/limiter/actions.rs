@@ -42,11 +42,11 @@ impl<S: Store + Actions> Limiter<S> {
         let plan = self.plan(request)?;
         let policy = plan.counters.name().to_owned();
         let keys: Vec<Key> = match buckets {
-            None => plan.batch.buckets.iter().map(|b| b.key).collect(),
+            None => plan.check.buckets.iter().map(|b| b.key).collect(),
             Some(names) => names
                 .iter()
                 .map(|name| {
-                    let found = plan.batch.buckets.iter().find(|b| &*b.name == name.as_str()).map(|b| b.key);
+                    let found = plan.check.buckets.iter().find(|b| &*b.name == name.as_str()).map(|b| b.key);
                     found.ok_or_else(|| Invalid::UnknownBucket {
                         field: "buckets",
                         name: name.clone(),

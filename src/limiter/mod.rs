@@ -37,7 +37,7 @@ pub use waiting::wake_on_releases;
 
 use crate::algorithm::Algorithm;
 use crate::policy::{OnStoreError, Policies};
-use crate::storage::{Answer, BucketAnswer, CheckBatch, Store, StoreError, StoreKind};
+use crate::storage::{Answer, BucketAnswer, Check, Store, StoreError, StoreKind};
 use crate::telemetry::PolicyCounters;
 
 /// Why a check (or an action) has no answer. A denial is a decision, not
@@ -139,21 +139,21 @@ impl<S: Store> Limiter<S> {
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
         let mut plan = self.plan(request)?;
-        if let Some(slots) = plan.batch.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
+        if let Some(slots) = plan.check.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
             if !self.store.keeps_leases() {
                 return Err(CheckError::Invalid(Invalid::NoLeases { bucket: slots.name.clone() }));
             }
         }
-        plan::zones_known(&plan.batch, |zone| self.store.knows_zone(zone))?;
+        plan::zones_known(&plan.check, |zone| self.store.knows_zone(zone))?;
         let max_life = || lease::max_life(&self.policies(), request);
-        let lease = takes_lease(&plan.batch).then(|| lease::mint(max_life()));
-        plan.batch.lease = lease.as_ref().map(|(_, stored)| *stored);
+        let lease = takes_lease(&plan.check).then(|| lease::mint(max_life()));
+        plan.check.lease = lease.as_ref().map(|(_, stored)| *stored);
         let started = Instant::now();
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
         let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
-        let granted = lease.and_then(|(id, _)| granted(&plan.batch, &answer, id));
-        let mut decision = Decision::new(&plan.batch.buckets, answer);
+        let granted = lease.and_then(|(id, _)| granted(&plan.check, &answer, id));
+        let mut decision = Decision::new(&plan.check.buckets, answer);
         decision.lease = granted;
         if let Some(matched) = &plan.matched {
             decision = decision.overridden(matched.clone());
@@ -178,17 +178,17 @@ impl<S: Store> Limiter<S> {
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
         match plan.matched.as_ref().map(|m| m.action) {
             Some(Applied::Deny) => {
-                return Ok((uncounted(&plan.batch, false, self.store.is_degraded()), false))
+                return Ok((uncounted(&plan.check, false, self.store.is_degraded()), false))
             }
-            Some(Applied::Unlimited) => return Ok((self.unless_blocked(&plan.batch).await, false)),
+            Some(Applied::Unlimited) => return Ok((self.unless_blocked(&plan.check).await, false)),
             Some(Applied::Limits) | None => {}
         }
-        match self.store.check(&plan.batch).await {
+        match self.store.check(&plan.check).await {
             Ok(answer) => Ok((answer, false)),
             Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow => {
-                Ok((uncounted(&plan.batch, true, true), false))
+                Ok((uncounted(&plan.check, true, true), false))
             }
-            Err(StoreError::Unavailable) if plan.shadow => Ok((uncounted(&plan.batch, true, true), true)),
+            Err(StoreError::Unavailable) if plan.shadow => Ok((uncounted(&plan.check, true, true), true)),
             Err(StoreError::Unavailable) => Err(CheckError::StoreUnavailable),
             Err(e) => {
                 tracing::error!(error = %e, "fallback store failed");
@@ -202,8 +202,8 @@ impl<S: Store> Limiter<S> {
     /// (and a `trusted_hops` set too low can put every client in it), so
     /// the block wins. The peek counts nothing; if the store cannot answer
     /// it, the allow-list stands, as it did before blocks were asked.
-    async fn unless_blocked(&self, batch: &CheckBatch) -> Answer {
-        let peek = CheckBatch { cost: 0, ..batch.clone() };
+    async fn unless_blocked(&self, check: &Check) -> Answer {
+        let peek = Check { cost: 0, ..check.clone() };
         match self.store.check(&peek).await {
             Ok(mut answer) if answer.buckets.iter().any(|b| b.blocked) => {
                 for bucket in answer.buckets.iter_mut().filter(|b| !b.blocked) {
@@ -212,25 +212,25 @@ impl<S: Store> Limiter<S> {
                 }
                 answer
             }
-            _ => uncounted(batch, true, self.store.is_degraded()),
+            _ => uncounted(check, true, self.store.is_degraded()),
         }
     }
 }
 
-/// Whether an admitted `batch` would hold slots: it has a concurrency bucket
+/// Whether an admitted `check` would hold slots: it has a concurrency bucket
 /// and a cost (a peek takes nothing).
-fn takes_lease(batch: &CheckBatch) -> bool {
-    batch.cost > 0 && batch.buckets.iter().any(|b| b.algorithm == Algorithm::Concurrency)
+fn takes_lease(check: &Check) -> bool {
+    check.cost > 0 && check.buckets.iter().any(|b| b.algorithm == Algorithm::Concurrency)
 }
 
 /// The lease `id`, if Postgres admitted the check and so wrote it; ending
 /// with the shortest lease time among its buckets. A check admitted from
 /// memory during an outage gets none: its slots end by themselves.
-fn granted(batch: &CheckBatch, answer: &Answer, id: String) -> Option<Granted> {
+fn granted(check: &Check, answer: &Answer, id: String) -> Option<Granted> {
     if !answer.allowed() || answer.store != StoreKind::Postgres {
         return None;
     }
-    let concurrency = batch.buckets.iter().filter(|b| b.algorithm == Algorithm::Concurrency);
+    let concurrency = check.buckets.iter().filter(|b| b.algorithm == Algorithm::Concurrency);
     let shortest = concurrency.map(|b| b.window).min()?;
     let expires_at = answer.now + chrono::TimeDelta::from_std(shortest).ok()?;
     Some(Granted { id, expires_at })
@@ -239,9 +239,9 @@ fn granted(batch: &CheckBatch, answer: &Answer, id: String) -> Option<Granted> {
 /// An answer no store decided: nothing counted. Admitted (`allowed`:
 /// `on_store_error = "allow"`, a shadow policy in an outage, an allow list)
 /// or refused (a deny list).
-fn uncounted(batch: &CheckBatch, allowed: bool, degraded: bool) -> Answer {
+fn uncounted(check: &Check, allowed: bool, degraded: bool) -> Answer {
     let now = Utc::now();
-    let buckets = batch
+    let buckets = check
         .buckets
         .iter()
         .map(|b| BucketAnswer {

@@ -9,12 +9,12 @@ use super::api_overrides::ApiOverrides;
 use super::key::{bucket_key, KeyScope, KeySecret};
 use super::request::{self, CheckRequest, Invalid};
 use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
-use crate::storage::{BucketSpec, CheckBatch, Lockout, MemoryFallback};
+use crate::storage::{BucketSpec, Check, Lockout, MemoryFallback};
 use crate::telemetry::PolicyCounters;
 
 /// What a request will check, and how its outcome is reported.
 pub struct Plan {
-    pub batch: CheckBatch,
+    pub check: Check,
     /// What to do if Postgres cannot answer.
     pub on_store_error: OnStoreError,
     /// Decided and counted, but never refused.
@@ -76,7 +76,7 @@ pub(super) fn plan(
                 policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, &values, limits(b)));
             let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
             Ok(Plan {
-                batch: CheckBatch { buckets: buckets.collect(), cost: *cost, fallback, lease: None },
+                check: Check { buckets: buckets.collect(), cost: *cost, fallback, lease: None },
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
                 counters: counters(&policy.name),
@@ -98,9 +98,9 @@ pub(super) fn plan(
             // Ad hoc keys fall back as a policy does by default.
             let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
             let fallback = memory_fallback(on_store_error, share);
-            let batch = CheckBatch { buckets: vec![spec], cost: *cost, fallback, lease: None };
+            let check = Check { buckets: vec![spec], cost: *cost, fallback, lease: None };
             let counters = counters(crate::telemetry::ADHOC);
-            Ok(Plan { batch, on_store_error, shadow: shadow_all, counters, matched: None })
+            Ok(Plan { check, on_store_error, shadow: shadow_all, counters, matched: None })
         }
     }
 }
@@ -156,9 +156,9 @@ pub(super) fn bucket_spec(
 /// Refuses a check with a calendar zone the store cannot decide (one a
 /// Postgres server's older tzdata lacks) alone, before it joins a batch
 /// whose every check that zone would fail.
-pub(super) fn zones_known(batch: &CheckBatch, knows: impl Fn(&str) -> bool) -> Result<(), Invalid> {
+pub(super) fn zones_known(check: &Check, knows: impl Fn(&str) -> bool) -> Result<(), Invalid> {
     let unknown = |b: &BucketSpec| b.calendar.map(|c| c.zone.name()).filter(|zone| !knows(zone));
-    match batch.buckets.iter().find_map(|b| Some((&b.name, unknown(b)?))) {
+    match check.buckets.iter().find_map(|b| Some((&b.name, unknown(b)?))) {
         None => Ok(()),
         Some((bucket, zone)) => Err(Invalid::Timezone(format!(
             "timezone {zone:?} (bucket {bucket:?}): the PostgreSQL server does not know this zone (its \

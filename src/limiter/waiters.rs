@@ -7,7 +7,7 @@
 //! Queues signal through `watch` channels rather than `Notify`: a waiter
 //! that is between two looks at its queue still sees a change made then.
 
-mod place;
+mod waiter;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use place::Place;
-use place::Queues;
+use waiter::Queues;
+pub use waiter::Waiter;
 
 use crate::policy::MAX_WAIT_CEILING;
 use crate::storage::Key;
@@ -150,7 +150,7 @@ impl Waiters {
     /// A place at the back of `key`'s queue, or `None` when
     /// `PGLIMIT_MAX_WAITING` requests are held already, or `key`'s share of
     /// them ([`WaitLimits::per_key`]), or the service is shutting down.
-    pub fn enter(&self, key: Key) -> Option<Place<'_>> {
+    pub fn enter(&self, key: Key) -> Option<Waiter<'_>> {
         if self.limits.max_waiting == 0 {
             return None; // waiting is off: no series, nothing to count
         }
@@ -161,10 +161,10 @@ impl Waiters {
             return None;
         }
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let place = Place::join(self, &mut queues, key, ticket);
+        let waiter = Waiter::join(self, &mut queues, key, ticket);
         drop(queues);
         telemetry::waiting(self.held());
-        Some(place)
+        Some(waiter)
     }
 
     /// Whether `key`'s queue may take one more: fewer than its share.
@@ -221,19 +221,19 @@ mod tests {
     #[test]
     fn a_queue_is_forgotten_when_its_last_waiter_leaves() {
         let w = waiters(4);
-        let place = w.enter([3; 32]).expect("room");
+        let waiter = w.enter([3; 32]).expect("room");
         assert_eq!(w.queued_on([&[9; 32], &[3; 32]]), Some([3; 32]));
-        drop(place);
+        drop(waiter);
         assert_eq!(w.queued_on([&[3; 32]]), None);
     }
 
     #[test]
     fn waking_a_key_tells_its_waiters() {
         let w = waiters(4);
-        let mut place = w.enter([5; 32]).expect("room");
-        place.changed.mark_unchanged();
+        let mut waiter = w.enter([5; 32]).expect("room");
+        waiter.changed.mark_unchanged();
         w.wake(&[5; 32]);
-        assert!(place.changed.has_changed().unwrap_or(false));
+        assert!(waiter.changed.has_changed().unwrap_or(false));
     }
 
     #[test]
@@ -272,7 +272,7 @@ mod tests {
         assert!(first.move_to([2; 32]));
         assert!(second.is_first() && second.changed.has_changed().unwrap_or(false));
         assert!(first.is_first() && first.key() == [2; 32]);
-        assert_eq!(w.held(), 2, "a move is no new place");
+        assert_eq!(w.held(), 2, "a move is no new waiter");
         drop((first, second));
         assert_eq!((w.held(), w.queued_on([&[1; 32], &[2; 32]])), (0, None));
     }
@@ -281,8 +281,8 @@ mod tests {
     fn a_waiter_does_not_move_to_a_key_holding_its_share() {
         let w = waiters(20);
         let _full = [w.enter([2; 32]).expect("room"), w.enter([2; 32]).expect("room")];
-        let mut place = w.enter([1; 32]).expect("room");
-        assert!(!place.move_to([2; 32]));
-        assert!(place.is_first() && place.key() == [1; 32], "it stays where it was");
+        let mut waiter = w.enter([1; 32]).expect("room");
+        assert!(!waiter.move_to([2; 32]));
+        assert!(waiter.is_first() && waiter.key() == [1; 32], "it stays where it was");
     }
 }

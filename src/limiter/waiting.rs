@@ -17,7 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::plan::Applied;
-use super::waiters::{Place, Waiters};
+use super::waiters::{Waiter, Waiters};
 use super::{BucketDecision, CheckError, CheckRequest, Decision, Invalid, Limiter};
 use crate::algorithm::Algorithm;
 use crate::storage::{Freed, Key, Leases, Store};
@@ -86,12 +86,12 @@ impl<S: Store> Limiter<S> {
             Arrival::Queue(key, first) => (key, first),
             Arrival::Answer(decision) => return Ok(decision.waited(Duration::ZERO)),
         };
-        let Some(place) = self.waiters.enter(queue) else {
+        let Some(waiter) = self.waiters.enter(queue) else {
             return self.answer_now(request, first).await.map(|d| d.waited(Duration::ZERO));
         };
         // Room freed between the first check and entering would go unheard.
         let first = first.filter(|_| self.waiters.wakes() == wakes);
-        let decision = self.wait(request, place, first, deadline).await?;
+        let decision = self.wait(request, waiter, first, deadline).await?;
         telemetry::wait_ended(decision.allowed);
         Ok(decision.waited(started.elapsed()))
     }
@@ -101,7 +101,7 @@ impl<S: Store> Limiter<S> {
     /// cannot take the room they wait for); else it checks, and queues only
     /// if its denial is one waiting could turn.
     async fn arrive(&self, request: &CheckRequest, deadline: Instant) -> Result<Arrival, CheckError> {
-        let keys: Vec<Key> = self.plan(request)?.batch.buckets.iter().map(|b| b.key).collect();
+        let keys: Vec<Key> = self.plan(request)?.check.buckets.iter().map(|b| b.key).collect();
         if let Some(key) = self.waiters.queued_on(&keys) {
             return Ok(Arrival::Queue(key, None));
         }
@@ -112,39 +112,39 @@ impl<S: Store> Limiter<S> {
         })
     }
 
-    /// Holds `request` at `place` until it is admitted, its deadline
+    /// Holds `request` as `waiter` until it is admitted, its deadline
     /// passes, or the service shuts down; `last` is its latest denial.
     async fn wait(
         &self,
         request: &CheckRequest,
-        mut place: Place<'_>,
+        mut waiter: Waiter<'_>,
         mut last: Option<Decision>,
         deadline: Instant,
     ) -> Result<Decision, CheckError> {
         loop {
-            if !place.is_first() {
+            if !waiter.is_first() {
                 // Rechecked at once on reaching the front: the one before
                 // left because it was admitted (room may remain), gave up,
                 // or moved to the queue of a bucket of its own.
                 last = None;
-                match until(&mut place, deadline).await {
-                    Woke::Changed => continue,
-                    Woke::Time | Woke::Closing => break,
+                match until(&mut waiter, deadline).await {
+                    Wake::Changed => continue,
+                    Wake::Time | Wake::Closing => break,
                 }
             }
             if let Some(denial) = &last {
                 let at = self.recheck_at(denial);
-                match until(&mut place, at.min(deadline)).await {
-                    Woke::Closing => break,
-                    Woke::Time if Instant::now() >= deadline => break,
-                    Woke::Time | Woke::Changed => {}
+                match until(&mut waiter, at.min(deadline)).await {
+                    Wake::Closing => break,
+                    Wake::Time if Instant::now() >= deadline => break,
+                    Wake::Time | Wake::Changed => {}
                 }
             }
             let wakes = self.waiters.wakes();
             let decision = self.check(request).await?;
             let Some(key) = held_for(&decision, deadline) else { return Ok(decision) };
-            let moved = key != place.key();
-            if !place.move_to(key) {
+            let moved = key != waiter.key();
+            if !waiter.move_to(key) {
                 return Ok(decision); // the queue of the bucket it waits on now is full
             }
             // A wake between the check and the move went to the queue it left.
@@ -195,7 +195,7 @@ enum Arrival {
 }
 
 /// Why a held request stopped sleeping.
-enum Woke {
+enum Wake {
     /// The time it slept until came.
     Time,
     /// Its queue changed: the front left, or its key was woken.
@@ -205,14 +205,14 @@ enum Woke {
 }
 
 /// Sleeps until `at`, or until the queue changes or the service stops.
-async fn until(place: &mut Place<'_>, at: Instant) -> Woke {
-    if *place.closing.borrow() {
-        return Woke::Closing;
+async fn until(waiter: &mut Waiter<'_>, at: Instant) -> Wake {
+    if *waiter.closing.borrow() {
+        return Wake::Closing;
     }
     tokio::select! {
-        () = tokio::time::sleep_until(at) => Woke::Time,
-        Ok(()) = place.changed.changed() => Woke::Changed,
-        _ = place.closing.changed() => Woke::Closing,
+        () = tokio::time::sleep_until(at) => Wake::Time,
+        Ok(()) = waiter.changed.changed() => Wake::Changed,
+        _ = waiter.closing.changed() => Wake::Closing,
     }
 }
 

@@ -75,7 +75,7 @@ impl BucketSpec {
 
 /// All the buckets of one check, decided together.
 #[derive(Debug, Clone)]
-pub struct CheckBatch {
+pub struct Check {
     pub buckets: Vec<BucketSpec>,
     pub cost: u64,
     /// What the memory store may do when Postgres cannot answer.

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Answer, CheckBatch, Key, Stale, StoreError};
+use super::{Answer, Check, Key, Stale, StoreError};
 
 /// A place that keeps counters and decides checks against them.
 pub trait Store: Send + Sync + 'static {
-    /// Decides every bucket of `batch` at once, all or nothing.
-    fn check(&self, batch: &CheckBatch) -> impl Future<Output = Result<Answer, StoreError>> + Send;
+    /// Decides every bucket of `check` at once, all or nothing.
+    fn check(&self, check: &Check) -> impl Future<Output = Result<Answer, StoreError>> + Send;
 
     /// True while checks are answered without Postgres.
     fn is_degraded(&self) -> bool {
@@ -148,7 +148,7 @@ pub trait Primary: Store + Leases {
 
     /// Adds what this instance admitted from memory during an outage to the
     /// shared state, bucket by bucket (see [`crate::algorithm::absorb`]).
-    /// Part may be written before a failure: the error gives back the rest.
+    /// WorkerCheck may be written before a failure: the error gives back the rest.
     fn absorb(&self, outage: Vec<Held>) -> impl Future<Output = Result<(), Unabsorbed>> + Send;
 }
 

@@ -8,7 +8,7 @@ use crate::common::{check, fresh_database, instance, unique};
 use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State};
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+use pglimit::storage::{BucketSpec, Check, MemoryFallback};
 use serde_json::json;
 
 const ALGORITHMS: [&str; 4] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket"];
@@ -75,8 +75,8 @@ async fn algorithms_mixed_in_one_batch_decide_exactly_as_the_model() {
     let start: DateTime<Utc> = "2031-06-01T00:00:00.5Z".parse().unwrap();
     for (wave, after_ms) in [0, 7, 13].into_iter().enumerate() {
         let now = start + TimeDelta::milliseconds(after_ms);
-        let batches: Vec<CheckBatch> = (specs.iter())
-            .map(|s| CheckBatch {
+        let batches: Vec<Check> = (specs.iter())
+            .map(|s| Check {
                 buckets: vec![s.clone()],
                 cost: 1,
                 fallback: MemoryFallback::Refuse,
@@ -202,7 +202,7 @@ async fn cleanup_keeps_a_sliding_window_row_for_two_windows() {
     let at = boundary + TimeDelta::milliseconds(10);
     for s in [&sliding, &fixed] {
         let batch =
-            CheckBatch { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+            Check { buckets: vec![s.clone()], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
         pg.check_as_of(&batch, at).await.expect("postgres answers");
     }
     let until = |t: DateTime<Utc>| (t - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100);

@@ -9,7 +9,7 @@ use chrono::{DateTime, Datelike, Days, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 use pglimit::algorithm::{parse_zone, Algorithm, Calendar, CalendarUnit};
 use pglimit::policy::parse_window_in;
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, PgStore};
+use pglimit::storage::{BucketSpec, Check, MemoryFallback, PgStore};
 use serde_json::json;
 
 use crate::common::{
@@ -86,8 +86,7 @@ fn bucket(window: &str, zone: &str) -> BucketSpec {
 }
 
 async fn decide(store: &PgStore, spec: &BucketSpec, cost: u64, now: DateTime<Utc>) -> (bool, DateTime<Utc>) {
-    let batch =
-        CheckBatch { buckets: vec![spec.clone()], cost, fallback: MemoryFallback::Refuse, lease: None };
+    let batch = Check { buckets: vec![spec.clone()], cost, fallback: MemoryFallback::Refuse, lease: None };
     let answer = store.check_as_of(&batch, now).await.expect("postgres answers");
     (answer.buckets[0].allowed, answer.buckets[0].retry_at.unwrap_or(answer.buckets[0].reset_at))
 }

@@ -11,7 +11,7 @@ use pglimit::algorithm::{parse_zone, Algorithm};
 use pglimit::error::Error;
 use pglimit::limiter::{CheckRequest, KeySecret, Limiter};
 use pglimit::policy::Policies;
-use pglimit::storage::{CheckBatch, FallbackStore, MemoryFallback, MemoryStore, PgStore, Primary, Store};
+use pglimit::storage::{Check, FallbackStore, MemoryFallback, MemoryStore, PgStore, Primary, Store};
 use serde_json::json;
 
 use super::bucket;
@@ -124,7 +124,7 @@ async fn the_store_refuses_a_batch_in_a_zone_its_server_lacks_alone_and_reads_th
     let pg: PgStore = pg_store(&fresh_database().await).await;
     assert!(pg.knows_zone("Asia/Tokyo") && !pg.knows_zone("Mars/Olympus"), "read from the server");
     pg.forget_zone("Asia/Tokyo");
-    let batch = |zone| CheckBatch {
+    let batch = |zone| Check {
         buckets: vec![bucket("1 calendar day", zone)],
         cost: 1,
         fallback: MemoryFallback::Refuse,

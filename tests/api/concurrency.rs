@@ -180,7 +180,7 @@ async fn two_instances_racing_on_new_keys_stay_on_postgres_and_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
     use pglimit::algorithm::Algorithm;
-    use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, Store};
+    use pglimit::storage::{BucketSpec, Check, MemoryFallback, Store};
     const RETRIES: &str = "pglimit_upsert_retries_total";
     let url = fresh_database().await;
     // An instance for its /metrics: the recorder is the process's, so it
@@ -213,12 +213,8 @@ async fn a_policy_check_whose_bucket_fills_under_its_upsert_takes_nothing() {
         .execute(&mut *other)
         .await
         .expect("take the last unit");
-    let policy = CheckBatch {
-        buckets: vec![roomy.clone(), tight],
-        cost: 1,
-        fallback: MemoryFallback::Refuse,
-        lease: None,
-    };
+    let policy =
+        Check { buckets: vec![roomy.clone(), tight], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
     let checking = tokio::spawn(async move { pg.check(&policy).await });
     crate::common::wait_for_a_backend_waiting_on(&pool, "Lock").await;
     other.commit().await.expect("commit");
@@ -261,7 +257,7 @@ async fn a_token_bucket_check_whose_row_fills_under_its_upsert_is_denied_with_fi
 /// Admits one check of a bucket of limit 2, then checks again while
 /// `take_last` (another instance taking the last unit) waits to commit.
 async fn row_fills_under_the_upsert(algorithm: pglimit::algorithm::Algorithm, take_last: &str) {
-    use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+    use pglimit::storage::{BucketSpec, Check, MemoryFallback};
     let url = fresh_database().await;
     let pg = crate::common::pg_store(&url).await;
     let bucket = BucketSpec {
@@ -275,7 +271,7 @@ async fn row_fills_under_the_upsert(algorithm: pglimit::algorithm::Algorithm, ta
     };
     let key = bucket.key;
     let now: chrono::DateTime<chrono::Utc> = "2031-06-01T00:10:00Z".parse().unwrap();
-    let check = CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+    let check = Check { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
     assert!(pg.check_as_of(&check, now).await.expect("postgres answers").allowed());
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let mut other = pool.begin().await.expect("begin");

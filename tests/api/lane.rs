@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::common::{adhoc_key, check, fresh_database, pg_store, unique};
 use futures_util::poll;
 use pglimit::algorithm::Algorithm;
-use pglimit::storage::{BucketSpec, CheckBatch, Key, MemoryFallback, Store, StoreKind};
+use pglimit::storage::{BucketSpec, Check, Key, MemoryFallback, Store, StoreKind};
 
 fn bucket(key: Key, limit: u64, algorithm: Algorithm) -> BucketSpec {
     // A week: the token bucket refills under one token in the test's time.
@@ -19,15 +19,15 @@ fn bucket(key: Key, limit: u64, algorithm: Algorithm) -> BucketSpec {
     BucketSpec { name: Arc::from("b"), key, limit, window, algorithm, lockout: None, calendar: None }
 }
 
-fn batch(buckets: Vec<BucketSpec>) -> CheckBatch {
-    CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse, lease: None }
+fn batch(buckets: Vec<BucketSpec>) -> Check {
+    Check { buckets, cost: 1, fallback: MemoryFallback::Refuse, lease: None }
 }
 
 /// Queues `checks` in order (a check is queued when its future is first
 /// polled, so each is polled once, in turn, before any is awaited) and
 /// returns, for each check with a bucket on `key`, what that bucket had
 /// left, in queue order.
-async fn remaining_on(store: &pglimit::storage::PgStore, checks: &[CheckBatch], key: &Key) -> Vec<u64> {
+async fn remaining_on(store: &pglimit::storage::PgStore, checks: &[Check], key: &Key) -> Vec<u64> {
     let mut pending: Vec<_> = checks.iter().map(|c| Box::pin(store.check(c))).collect();
     let mut answers = Vec::with_capacity(pending.len());
     for check in &mut pending {
@@ -59,7 +59,7 @@ async fn checks_on_one_key_are_decided_in_queue_order_while_other_keys_keep_ever
         let hot = adhoc_key(&unique("ordered"));
         // Each check on the hot key comes between checks on fresh keys, so
         // calls without it can start while a call with it is in flight.
-        let checks: Vec<CheckBatch> = (0..150)
+        let checks: Vec<Check> = (0..150)
             .flat_map(|_| {
                 let other = || batch(vec![bucket(adhoc_key(&unique("other")), 5, algorithm)]);
                 [other(), batch(vec![bucket(hot, 1000, algorithm)]), other()]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use pglimit::algorithm::Algorithm;
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback};
+use pglimit::storage::{BucketSpec, Check, MemoryFallback};
 use serde_json::json;
 
 use crate::cluster;
@@ -161,7 +161,7 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
     for (i, algorithm) in algorithms.enumerate() {
         let roomy = spec(one, i as u8, algorithm, 10, 60_000);
         let full = spec(other, i as u8, Algorithm::FixedWindow, 1, 60_000);
-        let one = |buckets: Vec<BucketSpec>| CheckBatch {
+        let one = |buckets: Vec<BucketSpec>| Check {
             buckets,
             cost: 1,
             fallback: MemoryFallback::Refuse,
@@ -172,8 +172,7 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
         assert!(!both.allowed(), "{algorithm:?}: the full bucket denies");
         assert!(both.buckets[0].allowed, "{algorithm:?}: the roomy bucket had room");
         assert_eq!(both.buckets[0].remaining, 10, "{algorithm:?}: shown as given back");
-        let peek =
-            CheckBatch { buckets: vec![roomy], cost: 0, fallback: MemoryFallback::Refuse, lease: None };
+        let peek = Check { buckets: vec![roomy], cost: 0, fallback: MemoryFallback::Refuse, lease: None };
         let after = pg.check_as_of(&peek, now).await.expect("answer");
         assert_eq!(after.buckets[0].remaining, 10, "{algorithm:?}: nothing kept by the denied check");
     }
@@ -186,7 +185,7 @@ async fn a_denied_check_across_workers_gives_back_what_it_took_for_every_algorit
 async fn a_concurrency_check_is_refused_naming_citus_mode() {
     let pg = common::pg_store(&cluster().0).await;
     let slot = spec(1, 99, Algorithm::Concurrency, 2, 30_000);
-    let batch = CheckBatch { buckets: vec![slot], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+    let batch = Check { buckets: vec![slot], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
     let refused = pg.check_as_of(&batch, Utc::now()).await.expect_err("refused");
     assert!(refused.to_string().contains(pglimit::storage::CONCURRENCY_ON_CITUS), "{refused}");
 }

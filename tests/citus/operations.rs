@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use chrono::DateTime;
 use chrono::Utc;
 use pglimit::algorithm::Algorithm;
-use pglimit::storage::{CheckBatch, CitusChecks, MemoryFallback, PgStore, PgStoreOptions, Reach};
+use pglimit::storage::{Check, CitusChecks, MemoryFallback, PgStore, PgStoreOptions, Reach};
 use serde_json::json;
 
 use crate::common::{self, check, instance, unique};
@@ -36,8 +36,7 @@ async fn the_cleanup_deletes_expired_rows_on_every_shard(checks: CitusChecks) {
     for n in 0..=255u8 {
         let bucket = spec(n, 9, Algorithm::ALL[usize::from(n) % 4], 5, 1_000);
         keys.push(bucket.key.to_vec());
-        let batch =
-            CheckBatch { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
+        let batch = Check { buckets: vec![bucket], cost: 1, fallback: MemoryFallback::Refuse, lease: None };
         pg.check_as_of(&batch, long_ago).await.expect("answer");
     }
     let pool = crate::direct(&url).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use pglimit::algorithm::{decide, Algorithm, State, Verdict};
-use pglimit::storage::{BucketSpec, CheckBatch, MemoryFallback, PgStore};
+use pglimit::storage::{BucketSpec, Check, MemoryFallback, PgStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;
@@ -184,7 +184,7 @@ async fn decide_through(path: Path<'_>, specs: &[BucketSpec], cost: u64, now: Da
     match path {
         Path::Store(store) => {
             let batch =
-                CheckBatch { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse, lease: None };
+                Check { buckets: specs.to_vec(), cost, fallback: MemoryFallback::Refuse, lease: None };
             let answer = store.check_as_of(&batch, now).await.expect("postgres answers");
             let got = |b: &pglimit::storage::BucketAnswer| Got {
                 allowed: b.allowed,

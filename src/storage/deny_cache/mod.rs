@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, CheckBatch, Freed, Key, Leases, Stale, Store, StoreError, StoreKind,
+    Actions, Answer, Block, BlockTarget, Check, Freed, Key, Leases, Stale, Store, StoreError, StoreKind,
 };
 use super::{AddedOverride, LoadedOverrides, Overrides, Renewal, StoredOverride};
 use entries::{Entries, Remembered};
@@ -72,9 +72,9 @@ impl<S: Store> DenyCache<S> {
         self.lock().entries.forget(stale);
     }
 
-    fn remember(&self, fingerprint: u64, checked: &Answer, batch: &CheckBatch) {
+    fn remember(&self, fingerprint: u64, checked: &Answer, check: &Check) {
         // A release frees a concurrency slot before its retry time.
-        if batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency) {
+        if check.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency) {
             return;
         }
         let Some(retry) = latest_retry(checked) else { return };
@@ -92,7 +92,7 @@ impl<S: Store> DenyCache<S> {
                 return;
             }
         }
-        let keys = batch.buckets.iter().map(|b| b.key).collect();
+        let keys = check.buckets.iter().map(|b| b.key).collect();
         cache.entries.insert(fingerprint, Remembered { until, retry, checked: checked.clone(), keys });
     }
 }
@@ -104,20 +104,20 @@ fn latest_retry(checked: &Answer) -> Option<DateTime<Utc>> {
 }
 
 impl<S: Store> Store for DenyCache<S> {
-    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        if batch.cost == 0 {
-            return self.inner.check(batch).await;
+    async fn check(&self, check: &Check) -> Result<Answer, StoreError> {
+        if check.cost == 0 {
+            return self.inner.check(check).await;
         }
         if let Some(stale) = self.inner.take_stale() {
             self.forget(&stale);
         }
-        let fingerprint = fingerprint(batch);
+        let fingerprint = fingerprint(check);
         if let Some(checked) = self.recall(fingerprint) {
             return Ok(checked);
         }
-        let checked = self.inner.check(batch).await?;
+        let checked = self.inner.check(check).await?;
         if !checked.allowed() && checked.store == StoreKind::Postgres && !checked.degraded {
-            self.remember(fingerprint, &checked, batch);
+            self.remember(fingerprint, &checked, check);
         }
         Ok(checked)
     }
@@ -222,10 +222,10 @@ impl<S: Store + Leases> Leases for DenyCache<S> {
 
 /// Identifies a check exactly: the same fingerprint means the same buckets,
 /// parameters and cost, so the same answer until the remembered time.
-fn fingerprint(batch: &CheckBatch) -> u64 {
+fn fingerprint(check: &Check) -> u64 {
     let mut hasher = DefaultHasher::new();
-    batch.cost.hash(&mut hasher);
-    for b in &batch.buckets {
+    check.cost.hash(&mut hasher);
+    for b in &check.buckets {
         (b.key, b.limit, b.window, b.algorithm, b.calendar).hash(&mut hasher);
     }
     hasher.finish()

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 
 use crate::algorithm::Algorithm;
-use crate::storage::{Answer, CheckBatch, Key};
+use crate::storage::{Answer, Check, Key};
 
 /// Leases remembered at most (about 100 bytes each); past it the one that
 /// ends first is forgotten, and a release of it during an outage is kept as
@@ -50,13 +50,13 @@ impl Issued {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Remembers the lease `batch` took, if Postgres admitted it: it ends
+    /// Remembers the lease `check` took, if Postgres admitted it: it ends
     /// with the shortest lease time among its buckets, as its answer says.
-    pub fn granted(&self, batch: &CheckBatch, answer: &Answer) {
-        let Some(lease) = batch.lease.filter(|_| answer.allowed()) else {
+    pub fn granted(&self, check: &Check, answer: &Answer) {
+        let Some(lease) = check.lease.filter(|_| answer.allowed()) else {
             return;
         };
-        let concurrency = batch.buckets.iter().filter(|b| b.algorithm == Algorithm::Concurrency);
+        let concurrency = check.buckets.iter().filter(|b| b.algorithm == Algorithm::Concurrency);
         let shortest = concurrency.map(|b| b.window).min().and_then(|w| chrono::TimeDelta::from_std(w).ok());
         if let Some(ends) = shortest.and_then(|lease_time| answer.now.checked_add_signed(lease_time)) {
             self.note(lease.id, ends, answer.now);

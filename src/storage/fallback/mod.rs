@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::{Answer, CheckBatch, MemoryFallback, MemoryStore, Primary, Stale, Store, StoreError};
+use super::{Answer, Check, MemoryFallback, MemoryStore, Primary, Stale, Store, StoreError};
 use detector::Detector;
 use issued::Issued;
 use recovery::Throttle;
@@ -98,8 +98,8 @@ impl<P: Primary> FallbackStore<P> {
         Self { inner: Arc::new(inner) }
     }
 
-    async fn try_primary(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        let call = self.inner.primary.check(batch);
+    async fn try_primary(&self, check: &Check) -> Result<Answer, StoreError> {
+        let call = self.inner.primary.check(check);
         tokio::pin!(call);
         let (timeout, detector) = (self.inner.timeout, &self.inner.detector);
         let give_up = Instant::now() + longest_wait(timeout);
@@ -166,13 +166,13 @@ impl<P: Primary> FallbackStore<P> {
         tokio::spawn(self.clone().recover());
     }
 
-    fn fall_back(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        let share = match batch.fallback {
+    fn fall_back(&self, check: &Check) -> Result<Answer, StoreError> {
+        let share = match check.fallback {
             MemoryFallback::Refuse => return Err(StoreError::Unavailable),
             MemoryFallback::Full => 1,
             MemoryFallback::Split => self.instances(),
         };
-        let mut answer = self.inner.memory.check_at(batch, Utc::now(), share);
+        let mut answer = self.inner.memory.check_at(check, Utc::now(), share);
         answer.degraded = true;
         Ok(answer)
     }
@@ -192,25 +192,25 @@ fn unreachable(timeout: Duration) -> StoreError {
 }
 
 impl<P: Primary> Store for FallbackStore<P> {
-    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Answer, StoreError> {
         if self.is_degraded() {
-            return self.fall_back(batch);
+            return self.fall_back(check);
         }
-        match self.try_primary(batch).await {
+        match self.try_primary(check).await {
             Ok(answer) => {
-                self.inner.issued.granted(batch, &answer);
+                self.inner.issued.granted(check, &answer);
                 Ok(answer)
             }
             Err(error @ StoreError::Unreachable(_)) => {
                 self.trip(&error);
-                self.fall_back(batch)
+                self.fall_back(check)
             }
             Err(error) => {
                 telemetry::postgres_refused();
                 if self.inner.refused.ready() {
                     tracing::warn!(%error, "postgres refused a check: answered as its policy says for an unreachable store (at most one such line per {:?})", recovery::WARN_EVERY);
                 }
-                self.fall_back(batch)
+                self.fall_back(check)
             }
         }
     }

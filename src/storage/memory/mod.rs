@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use super::{
-    from_us, to_us, Answer, BucketAnswer, BucketSpec, CheckBatch, Held, Key, Store, StoreError, StoreKind,
+    from_us, to_us, Answer, BucketAnswer, BucketSpec, Check, Held, Key, Store, StoreError, StoreKind,
 };
 use crate::algorithm::{absorb, decide, decide_all, Params, State};
 
@@ -104,28 +104,28 @@ impl MemoryStore {
         self.shards.iter().any(|s| lock(s).values().any(|e| e.owed.is_some()))
     }
 
-    /// Decides `batch` as of `now`, each bucket enforcing `ceil(limit /
+    /// Decides `check` as of `now`, each bucket enforcing `ceil(limit /
     /// share)` (`share` 1: the whole limit). All shards a batch touches are
     /// locked in shard order, so the decision is atomic and concurrent
     /// batches cannot deadlock.
-    pub fn check_at(&self, batch: &CheckBatch, now: DateTime<Utc>, share: u64) -> Answer {
+    pub fn check_at(&self, check: &Check, now: DateTime<Utc>, share: u64) -> Answer {
         let now_us = to_us(now);
-        let mut shard_ids: Vec<usize> = batch.buckets.iter().map(|b| shard_of(&b.key)).collect();
+        let mut shard_ids: Vec<usize> = check.buckets.iter().map(|b| shard_of(&b.key)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
         let mut guards: Vec<_> = shard_ids.iter().map(|&i| lock(&self.shards[i])).collect();
         let slot = |key: &Key| position(&shard_ids, shard_of(key));
 
         let shared = |b: &BucketSpec| Params { limit: b.limit.div_ceil(share.max(1)), ..b.params() };
-        let states: Vec<_> = batch
+        let states: Vec<_> = check
             .buckets
             .iter()
             .map(|b| (shared(b), guards[slot(&b.key)].get(&b.key).map(|e| &e.state)))
             .collect();
-        let joint = decide_all(&states, batch.cost, now_us);
+        let joint = decide_all(&states, check.cost, now_us);
         drop(states);
-        let mut buckets = Vec::with_capacity(batch.buckets.len());
-        for (b, verdict) in batch.buckets.iter().zip(joint.verdicts) {
+        let mut buckets = Vec::with_capacity(check.buckets.len());
+        for (b, verdict) in check.buckets.iter().zip(joint.verdicts) {
             buckets.push(BucketAnswer {
                 allowed: verdict.allowed,
                 remaining: verdict.remaining,
@@ -134,7 +134,7 @@ impl MemoryStore {
                 blocked: false,
             });
             if joint.admitted {
-                record(&mut guards[slot(&b.key)], b, verdict.next, batch.cost, now_us, self.per_shard);
+                record(&mut guards[slot(&b.key)], b, verdict.next, check.cost, now_us, self.per_shard);
             }
         }
         drop(guards);
@@ -152,8 +152,8 @@ fn record(map: &mut Shard, b: &BucketSpec, state: State, cost: u64, now_us: i64,
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
-        Ok(self.check_at(batch, Utc::now(), 1))
+    async fn check(&self, check: &Check) -> Result<Answer, StoreError> {
+        Ok(self.check_at(check, Utc::now(), 1))
     }
 }
 

@@ -5,7 +5,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::MemoryStore;
 use crate::algorithm::Algorithm;
-use crate::storage::{BucketSpec, CheckBatch, MemoryFallback};
+use crate::storage::{BucketSpec, Check, MemoryFallback};
 
 fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
     let mut key = [0u8; 32];
@@ -22,8 +22,8 @@ fn bucket(name: &str, limit: u64, window_s: u64) -> BucketSpec {
     }
 }
 
-fn batch(buckets: &[BucketSpec], cost: u64) -> CheckBatch {
-    CheckBatch { buckets: buckets.to_vec(), cost, fallback: MemoryFallback::Full, lease: None }
+fn batch(buckets: &[BucketSpec], cost: u64) -> Check {
+    Check { buckets: buckets.to_vec(), cost, fallback: MemoryFallback::Full, lease: None }
 }
 
 fn t0() -> DateTime<Utc> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::kept::{Kept, Work};
+use super::connection::{Connection, Work};
 use super::listener::{payload, CHANNEL};
 use super::session::{classify, Session};
 use crate::storage::{Block, BlockTarget, Key, StoreError};
@@ -31,14 +31,14 @@ WHERE until > now() ORDER BY until DESC, key LIMIT $1";
 
 const BUMP: &str = "UPDATE pglimit_actions SET generation = generation + 1 RETURNING generation";
 
-pub(super) struct ActionConn(Kept);
+pub(super) struct ActionConn(Connection);
 
 type BlockRow =
     (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
 
 impl ActionConn {
     pub fn new() -> Self {
-        Self(Kept::new("acting on limits"))
+        Self(Connection::new("acting on limits"))
     }
 
     pub async fn reset(&self, session: &Session, keys: &[Key]) -> Result<(), StoreError> {

@@ -13,16 +13,21 @@ use super::citus::Node;
 use super::lane::{Job, Task};
 use super::layout::Layout;
 use super::session::{classify, is_sqlstate, timed_out, Session};
-use crate::storage::{Answer, CallTiming, CheckBatch, StoreError, StoreKind};
+use crate::storage::{Answer, CallTiming, Check, StoreError, StoreKind};
 use crate::telemetry;
 
 /// A connection and the session generation it was opened in; `None` until
 /// it is (re)opened.
-pub(super) type Slot = Option<(PgConnection, u64)>;
+pub(super) type LaneConnection = Option<(PgConnection, u64)>;
 
 /// Decides `jobs` (all of one task kind and one clock) in one call on
 /// `slot`, answers each caller, and hands the connection back.
-pub(super) async fn call(session: &Session, node: Option<&Node>, mut slot: Slot, jobs: Vec<Job>) -> Slot {
+pub(super) async fn call(
+    session: &Session,
+    node: Option<&Node>,
+    mut slot: LaneConnection,
+    jobs: Vec<Job>,
+) -> LaneConnection {
     let sent = Instant::now();
     let now = jobs.first().and_then(|job| job.now);
     let (jobs, mut replies): (Vec<Sent>, Vec<Reply>) =
@@ -60,11 +65,11 @@ pub(super) async fn call(session: &Session, node: Option<&Node>, mut slot: Slot,
     slot
 }
 
-type Sent = (CheckBatch, Task, Instant);
+type Sent = (Check, Task, Instant);
 
 /// What one call sends: the batches, what to do with them, and their clock.
 struct Work<'a> {
-    batches: Vec<&'a CheckBatch>,
+    batches: Vec<&'a Check>,
     tasks: Vec<&'a Task>,
     now: Option<DateTime<Utc>>,
     /// Where the lane connects: a Citus worker, or the URL's server.
@@ -84,7 +89,7 @@ async fn abandoned(replies: &mut [Reply], patience: Instant) {
 
 async fn run_again_if_ended(
     session: &Session,
-    slot: &mut Slot,
+    slot: &mut LaneConnection,
     work: &Work<'_>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let result = run(session, slot, work).await;
@@ -108,7 +113,11 @@ impl Work<'_> {
 
 /// One call on the connection, opened afresh if it is from before an outage
 /// or was lost.
-async fn run(session: &Session, slot: &mut Slot, work: &Work<'_>) -> Result<Vec<Answer>, sqlx::Error> {
+async fn run(
+    session: &Session,
+    slot: &mut LaneConnection,
+    work: &Work<'_>,
+) -> Result<Vec<Answer>, sqlx::Error> {
     let Work { batches, tasks, now, node } = work;
     let generation = session.generation();
     if slot.as_ref().is_some_and(|(_, g)| *g != generation) {
@@ -149,7 +158,7 @@ fn ended_by_server(e: &sqlx::Error) -> bool {
 async fn refund(
     conn: &mut PgConnection,
     layout: &Layout,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     tasks: &[&Task],
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let mut answers = Vec::with_capacity(batches.len());

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::citus::Node;
-use super::kept::Kept;
+use super::connection::Connection;
 use super::session::Session;
 use crate::telemetry;
 
@@ -39,11 +39,11 @@ pub(super) struct Cleanup {
     running: AtomicBool,
     /// How many runs there have been, which in Citus mode picks the route.
     runs: AtomicUsize,
-    /// Kept open between runs, to the URL's server.
-    conn: Kept,
+    /// Connection open between runs, to the URL's server.
+    conn: Connection,
     /// In Citus mode with checks straight to the workers, a connection
     /// kept to each worker a cleanup went to; `None` otherwise.
-    workers: Option<Mutex<HashMap<Node, Arc<Kept>>>>,
+    workers: Option<Mutex<HashMap<Node, Arc<Connection>>>>,
 }
 
 impl Cleanup {
@@ -55,7 +55,7 @@ impl Cleanup {
             batch,
             running: AtomicBool::new(false),
             runs: AtomicUsize::new(0),
-            conn: Kept::new("cleaning up"),
+            conn: Connection::new("cleaning up"),
             workers: on_workers.then(Mutex::default),
         }
     }
@@ -107,11 +107,12 @@ impl Cleanup {
     /// statement for its shard there; `None` when it goes through the
     /// URL's server (a single node, checks through the coordinator, or a
     /// shard on a worker that joined since start-up).
-    fn on_worker(&self, session: &Session, run: usize) -> Option<(Arc<Kept>, String)> {
+    fn on_worker(&self, session: &Session, run: usize) -> Option<(Arc<Connection>, String)> {
         let workers = self.workers.as_ref()?;
         let (node, sql) = session.layout().cleanup_on_worker(run)?;
         let mut workers = workers.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = workers.entry(node.clone()).or_insert_with(|| Arc::new(Kept::on("cleaning up", node)));
+        let kept =
+            workers.entry(node.clone()).or_insert_with(|| Arc::new(Connection::on("cleaning up", node)));
         Some((Arc::clone(kept), sql))
     }
 }

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnection;
 
-use super::kept::Kept;
-use super::listener::Heard;
+use super::connection::Connection;
+use super::listener::Notifications;
 use super::session::{classify, ping_writable, Session};
 use crate::storage::StoreError;
 
@@ -52,9 +52,9 @@ WHERE id <> $1 AND last_seen > now() - $2 * interval '1 millisecond'";
 pub(super) struct Health {
     id: [u8; 16],
     /// For pings only, so that a ping never queues behind a write.
-    conn: Kept,
+    conn: Connection,
     /// The heartbeat's own.
-    beating: Kept,
+    beating: Connection,
     instances: AtomicU64,
     latency: Latency,
 }
@@ -62,8 +62,8 @@ pub(super) struct Health {
 impl Health {
     /// `conn` is the first health connection, opened with the lanes.
     pub fn new(session: &Session, conn: PgConnection) -> Self {
-        let (id, conn) = (rand::random(), Kept::opened("answering a ping", session, conn));
-        let beating = Kept::new("beating");
+        let (id, conn) = (rand::random(), Connection::opened("answering a ping", session, conn));
+        let beating = Connection::new("beating");
         Self { id, conn, beating, instances: AtomicU64::new(1), latency: Latency::new() }
     }
 
@@ -98,7 +98,7 @@ impl Health {
     }
 
     /// Beats, and keeps the health connection warm, until the store is dropped.
-    pub fn spawn_heartbeat(self: &Arc<Self>, session: Arc<Session>, heard: Arc<Heard>) {
+    pub fn spawn_heartbeat(self: &Arc<Self>, session: Arc<Session>, heard: Arc<Notifications>) {
         let health: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut every = tokio::time::interval(BEAT_EVERY);
@@ -118,7 +118,7 @@ impl Health {
         });
     }
 
-    async fn beat(&self, session: &Session, heard: &Heard) -> Result<(), sqlx::Error> {
+    async fn beat(&self, session: &Session, heard: &Notifications) -> Result<(), sqlx::Error> {
         let id = self.id;
         // A beat slower than this is no use: the others stop counting this
         // instance after ALIVE_FOR anyway.

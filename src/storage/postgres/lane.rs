@@ -5,8 +5,8 @@
 //! [`super::call`]). So an idle service adds no waiting (the first check goes
 //! at once), and under load the checks that arrive while calls are in
 //! flight form the next batch. In between, at light load, a call that ends
-//! with a few checks in play makes the next one wait up to [`GATHER_FOR`]
-//! for as many to arrive ([`Gather`]), since their callers usually send
+//! with a few checks in play makes the next one wait up to [`LINGER_FOR`]
+//! for as many to arrive ([`Linger`]), since their callers usually send
 //! their next checks at once: otherwise two callers take turns, one check
 //! per call.
 //!
@@ -36,10 +36,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::call::{call, Slot};
+use super::call::{call, LaneConnection};
 use super::citus::Node;
 use super::session::Session;
-use crate::storage::{Answer, CheckBatch, Key, StoreError};
+use crate::storage::{Answer, Check, Key, StoreError};
 
 /// Most checks decided in one call.
 const MAX_BATCH: usize = 128;
@@ -52,7 +52,7 @@ const SPILL_AFTER: Duration = Duration::from_millis(5);
 /// A queued check: the batch of buckets, the clock to use (`None`: the
 /// database's `now()`), when it was queued, and where to send the answer.
 pub(super) struct Job {
-    pub batch: CheckBatch,
+    pub batch: Check,
     pub now: Option<DateTime<Utc>>,
     pub task: Task,
     pub queued: Instant,
@@ -97,28 +97,29 @@ pub(super) async fn lane(
     depth: usize,
 ) {
     let (generation, width) = (session.generation(), conns.len());
-    let mut idle: Vec<Slot> = conns.into_iter().map(|c| Some((c, generation))).collect();
+    let mut idle: Vec<LaneConnection> = conns.into_iter().map(|c| Some((c, generation))).collect();
     let (mut waiting, mut flying) = (Waiting::default(), InFlight::default());
     // The calls run inside this task rather than as tasks of their own: a
     // task per call cost two more wake-ups per call, measurably more CPU.
     let (session, node) = (&*session, node.as_ref());
-    let start =
-        |id: u64, slot: Slot, jobs: Vec<Job>| async move { (id, call(session, node, slot, jobs).await) };
+    let start = |id: u64, slot: LaneConnection, jobs: Vec<Job>| async move {
+        (id, call(session, node, slot, jobs).await)
+    };
     let mut calls = FuturesUnordered::new();
     let (mut open, mut next_id) = (true, 0u64);
-    let mut gather: Option<Gather> = None;
+    let mut linger: Option<Linger> = None;
     loop {
         open &= waiting.receive(&mut queue, width);
         let now = Instant::now();
-        gather = gather.filter(|g| open && g.holds(now, &waiting));
+        linger = linger.filter(|g| open && g.holds(now, &waiting));
         while !idle.is_empty() {
             let running = flying.running(now);
             // A gathering holds only an idle lane: behind a running call, checks queue anyway.
-            if running >= depth.max(1) || (running == 0 && gather.is_some()) {
+            if running >= depth.max(1) || (running == 0 && linger.is_some()) {
                 break;
             }
             let Some(jobs) = waiting.next_batch(&flying) else { break };
-            gather = None;
+            linger = None;
             let keys: Vec<Key> = jobs.iter().flat_map(Job::keys).copied().collect();
             next_id += 1;
             flying.start(next_id, keys, jobs.len());
@@ -131,13 +132,13 @@ pub(super) async fn lane(
         // could then take what waits; or when a gathering ends.
         let spill = flying.next_stall(now).filter(|_| !idle.is_empty());
         let wake =
-            [spill, gather.map(|g| g.until)].into_iter().flatten().min().filter(|_| !waiting.jobs.is_empty());
+            [spill, linger.map(|g| g.until)].into_iter().flatten().min().filter(|_| !waiting.jobs.is_empty());
         tokio::select! {
             biased;
             Some((id, slot)) = calls.next(), if !calls.is_empty() => {
                 let answered = flying.end(id);
                 idle.push(slot);
-                gather = Gather::after(answered, waiting.jobs.len() + queue.len(), Instant::now());
+                linger = Linger::after(answered, waiting.jobs.len() + queue.len(), Instant::now());
             }
             job = queue.recv(), if open && waiting.has_room(width) => match job {
                 Some(job) => waiting.push(job),
@@ -155,26 +156,26 @@ pub(super) async fn lane(
 /// several checks rather than one: a call costs about the same whatever it
 /// carries (docs/performance.md, *Gathering at light load*).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Gather {
+struct Linger {
     until: Instant,
     /// The checks that were in play when the call ended.
     target: usize,
 }
 
 /// Longest a check waits for others to join its call.
-const GATHER_FOR: Duration = Duration::from_micros(200);
+const LINGER_FOR: Duration = Duration::from_micros(200);
 
 /// Beyond this many checks in play, calls fill without waiting, and a wait
 /// would keep the database idle while the service answers (measured).
-const GATHER_UP_TO: usize = 4;
+const LINGER_UP_TO: usize = 4;
 
-impl Gather {
+impl Linger {
     /// After a call that answered `answered` checks, with `waiting` more
     /// already waiting (ended at `now`): wait for as many as were in play,
     /// if there were few, but more than one.
-    fn after(answered: usize, waiting: usize, now: Instant) -> Option<Gather> {
+    fn after(answered: usize, waiting: usize, now: Instant) -> Option<Linger> {
         let target = answered + waiting;
-        (2..=GATHER_UP_TO).contains(&target).then_some(Gather { until: now + GATHER_FOR, target })
+        (2..=LINGER_UP_TO).contains(&target).then_some(Linger { until: now + LINGER_FOR, target })
     }
 
     /// Whether the next call should wait still.
@@ -246,11 +247,11 @@ impl Waiting {
 #[derive(Default)]
 struct InFlight {
     keys: HashMap<Key, u32>,
-    calls: HashMap<u64, Flight>,
+    calls: HashMap<u64, RunningCall>,
 }
 
 /// A call in flight: when it started, its checks' keys, and how many checks.
-struct Flight {
+struct RunningCall {
     started: Instant,
     keys: Vec<Key>,
     checks: usize,
@@ -276,12 +277,12 @@ impl InFlight {
         for key in &keys {
             *self.keys.entry(*key).or_default() += 1;
         }
-        self.calls.insert(id, Flight { started: Instant::now(), keys, checks });
+        self.calls.insert(id, RunningCall { started: Instant::now(), keys, checks });
     }
 
     /// Forgets call `id`; how many checks it had.
     fn end(&mut self, id: u64) -> usize {
-        let Some(Flight { keys, checks, .. }) = self.calls.remove(&id) else { return 0 };
+        let Some(RunningCall { keys, checks, .. }) = self.calls.remove(&id) else { return 0 };
         for key in keys {
             if let Some(n) = self.keys.get_mut(&key) {
                 *n -= 1;

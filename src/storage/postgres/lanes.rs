@@ -12,7 +12,7 @@ use super::citus;
 use super::lane::{lane, Job, Task};
 use super::layout::LaneTarget;
 use super::session::Session;
-use crate::storage::{Answer, CheckBatch, StoreError};
+use crate::storage::{Answer, Check, StoreError};
 
 /// A lane's queue.
 pub(super) struct LaneHandle {
@@ -41,7 +41,7 @@ impl LaneHandle {
     /// Queues a job; returns where its answer will come.
     pub async fn enqueue(
         &self,
-        batch: CheckBatch,
+        batch: Check,
         now: Option<DateTime<Utc>>,
         task: Task,
     ) -> Result<oneshot::Receiver<Result<Answer, StoreError>>, StoreError> {

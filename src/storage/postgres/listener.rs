@@ -12,7 +12,7 @@
 //! notification went missing, which also counts as everything.
 //!
 //! A change to the API overrides notifies `<generation> overrides`: it makes
-//! no key stale, but wakes [`Heard::overrides_may_have_changed`], as does
+//! no key stale, but wakes [`Notifications::overrides_may_have_changed`], as does
 //! anything that may have hidden one (a reconnection, a missed generation).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,7 +43,7 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// What this instance has heard and not yet passed on.
 #[derive(Default)]
-pub(super) struct Heard {
+pub(super) struct Notifications {
     pending: AtomicBool,
     stale: Mutex<Option<Stale>>,
     /// The highest actions generation heard of.
@@ -70,7 +70,7 @@ impl Releases {
     }
 }
 
-impl Heard {
+impl Notifications {
     fn note(&self, stale: Stale) {
         let mut slot = self.stale.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(match slot.take() {
@@ -163,7 +163,7 @@ pub fn overrides_payload(generation: i64) -> String {
 }
 
 /// Listens until `closed` is dropped, reconnecting after failures.
-pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Heard>, mut closed: watch::Receiver<()>) {
+pub(super) fn spawn(options: PgConnectOptions, heard: Arc<Notifications>, mut closed: watch::Receiver<()>) {
     tokio::spawn(async move {
         loop {
             match listen(&options).await {
@@ -202,7 +202,7 @@ async fn listen_with(options: PgConnectOptions) -> Result<PgListener, sqlx::Erro
 async fn hear(
     listener: &mut PgListener,
     plaintext: bool,
-    heard: &Heard,
+    heard: &Notifications,
     closed: &mut watch::Receiver<()>,
 ) -> Option<()> {
     loop {
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_notification_names_its_keys_and_a_missed_one_makes_everything_stale() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         assert_eq!(heard.take(), None);
         heard.notified(&payload(3, &[[1; 32], [2; 32]]));
         assert_eq!(heard.take(), Some(Stale::of([[1; 32], [2; 32]])));
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn stale_keys_heard_between_checks_collapse_to_everything_past_the_bound() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         let per = MAX_KEYS_NAMED;
         for (i, start) in (0..MAX_STALE_KEYS).step_by(per).enumerate() {
             heard.notified(&payload(i as i64, &keys(start..(start + per).min(MAX_STALE_KEYS))));
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn the_same_keys_heard_again_and_again_are_held_once() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         for generation in 0..10 * MAX_STALE_KEYS as i64 {
             heard.notified(&payload(generation, &[[1; 32], [2; 32]]));
         }
@@ -270,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_overrides_change_makes_no_key_stale_but_wakes_the_overrides_reload() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         heard.notified(&overrides_payload(5));
         assert_eq!((heard.take(), heard.generation()), (None, 5));
         let woken =
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_release_frees_its_keys_and_anything_missed_may_have_freed_any_slot() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         let mut releases = heard.releases();
         heard.notified(&format!("{RELEASED} {}", hex::encode([4; 32])));
         assert_eq!(releases.try_recv().ok(), Some(Freed::Slots([4; 32])));
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn too_many_keys_are_announced_as_everything() {
-        let heard = Heard::default();
+        let heard = Notifications::default();
         heard.notified(&payload(1, &vec![[7; 32]; MAX_KEYS_NAMED + 1]));
         assert_eq!(heard.take(), Some(Stale::All));
     }

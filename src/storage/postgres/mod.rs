@@ -16,8 +16,8 @@ mod call;
 mod changes;
 mod citus;
 mod cleanup;
+mod connection;
 mod health;
-mod kept;
 mod lane;
 mod lanes;
 mod layout;
@@ -40,7 +40,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use super::{Answer, CheckBatch, Stale, Store, StoreError};
+use super::{Answer, Check, Stale, Store, StoreError};
 use actions::ActionConn;
 pub use citus::{Citus, CitusChecks};
 use cleanup::Cleanup;
@@ -48,7 +48,7 @@ use health::Health;
 pub use health::{ALIVE_FOR, BEAT_EVERY};
 use lane::Task;
 use lanes::LaneHandle;
-use listener::Heard;
+use listener::Notifications;
 pub use pooler::Pooler;
 pub use schema::functions_schema;
 use session::Session;
@@ -103,7 +103,7 @@ pub struct PgStore {
     cleanup: Arc<Cleanup>,
     health: Arc<Health>,
     actions: Arc<ActionConn>,
-    heard: Arc<Heard>,
+    heard: Arc<Notifications>,
     /// Whether the listener runs (not behind a transaction pooler); if
     /// not, overrides changes are polled for.
     listening: bool,
@@ -123,7 +123,7 @@ impl PgStore {
         let on_workers = options.citus_checks == CitusChecks::Workers;
         let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch, on_workers));
         let health = Arc::new(Health::new(&session, health_conn));
-        let heard = Arc::new(Heard::default());
+        let heard = Arc::new(Notifications::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));
         let (listening, closed) = watch::channel(());
         // Behind a transaction pooler a LISTEN would end with its transaction:
@@ -137,7 +137,7 @@ impl PgStore {
 
     /// Decides `batch` as if the database clock read `now`. For replaying
     /// traces in tests; the service always uses the database's own clock.
-    pub async fn check_as_of(&self, batch: &CheckBatch, now: DateTime<Utc>) -> Result<Answer, StoreError> {
+    pub async fn check_as_of(&self, batch: &Check, now: DateTime<Utc>) -> Result<Answer, StoreError> {
         self.submit(batch, Some(now)).await
     }
 
@@ -155,7 +155,7 @@ impl PgStore {
         self.cleanup.run(&self.session).await
     }
 
-    async fn submit(&self, batch: &CheckBatch, now: Option<DateTime<Utc>>) -> Result<Answer, StoreError> {
+    async fn submit(&self, batch: &Check, now: Option<DateTime<Utc>>) -> Result<Answer, StoreError> {
         let concurrency =
             batch.buckets.iter().any(|b| b.algorithm == crate::algorithm::Algorithm::Concurrency);
         if concurrency && !self.session.layout().takes_leases() {
@@ -182,14 +182,14 @@ impl PgStore {
     /// give it back before the check is answered.
     async fn submit_parts(
         &self,
-        parts: Vec<citus::Part>,
-        batch: &CheckBatch,
+        parts: Vec<citus::WorkerCheck>,
+        batch: &Check,
         now: Option<DateTime<Utc>>,
     ) -> Result<Answer, StoreError> {
         // A worker's checks on lanes of their own: one call per worker per batch.
         // A worker that joined after start-up is reached through another
         // node, which delegates the call onward.
-        let lane_of = |part: &citus::Part| {
+        let lane_of = |part: &citus::WorkerCheck| {
             let direct = self.lanes.iter().find(|lane| lane.worker == Some(part.worker));
             direct.unwrap_or(&self.lanes[part.worker.unsigned_abs() as usize % self.lanes.len()])
         };
@@ -217,7 +217,9 @@ impl PgStore {
     }
 
     /// Refunds, on each part's lane, what the part took, as its answer says.
-    async fn give_back<'a>(taken: impl Iterator<Item = (&'a LaneHandle, &'a citus::Part, &'a Answer)>) {
+    async fn give_back<'a>(
+        taken: impl Iterator<Item = (&'a LaneHandle, &'a citus::WorkerCheck, &'a Answer)>,
+    ) {
         let mut refunds = Vec::new();
         for (lane, part, answer) in taken {
             let task = Task::Refund(answer.clone());
@@ -245,7 +247,7 @@ impl Store for PgStore {
         self.session.zones().knows(zone)
     }
 
-    async fn check(&self, batch: &CheckBatch) -> Result<Answer, StoreError> {
+    async fn check(&self, batch: &Check) -> Result<Answer, StoreError> {
         let answer = self.submit(batch, None).await?;
         self.cleanup.maybe_start(&self.session);
         Ok(answer)

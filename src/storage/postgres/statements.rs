@@ -8,7 +8,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Executor, FromRow};
 
 use super::literal::{self, Arg};
-use crate::storage::{Answer, BucketAnswer, BucketSpec, CheckBatch, StoreKind};
+use crate::storage::{Answer, BucketAnswer, BucketSpec, Check, StoreKind};
 
 /// One bucket's answer, as every statement returns it.
 #[derive(sqlx::FromRow)]
@@ -27,10 +27,10 @@ pub(super) struct Row {
 }
 
 /// The parameters every batch function takes ($1 to $10), one element per
-/// bucket of `batches`, the clock to decide at ($9), and each calendar
+/// bucket of `checks`, the clock to decide at ($9), and each calendar
 /// window's zone ($10; NULL for other windows).
-pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime<Utc>>) -> Vec<Arg<'a>> {
-    let buckets = || buckets_of(batches);
+pub(super) fn check_args<'a>(checks: &'a [&'a Check], now: Option<DateTime<Utc>>) -> Vec<Arg<'a>> {
+    let buckets = || buckets_of(checks);
     let block_for = |b: &BucketSpec| b.lockout.as_ref().map_or(0, |l| to_i64(l.duration.as_millis()));
     vec![
         Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect()),
@@ -38,7 +38,7 @@ pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime
         Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect()),
         Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect()),
         Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect()),
-        Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect()),
+        Arg::Bigints(buckets().map(|(_, check, _)| to_i64(check.cost)).collect()),
         Arg::Bigints(buckets().map(|(_, _, b)| block_for(b)).collect()),
         Arg::Texts(buckets().map(|(_, _, b)| b.lockout.as_ref().map(|l| &*l.name)).collect()),
         Arg::Clock(now),
@@ -50,14 +50,14 @@ pub(super) fn check_args<'a>(batches: &'a [&'a CheckBatch], now: Option<DateTime
 /// check's lease id; empty for none) and, as $12, how long renewals may
 /// keep it (ms; 0 for none): the single-node functions take them.
 pub(super) fn check_args_with_leases<'a>(
-    batches: &'a [&'a CheckBatch],
+    checks: &'a [&'a Check],
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
-    let mut args = check_args(batches, now);
-    let lease = |batch: &'a CheckBatch| batch.lease.as_ref().map_or(&[][..], |l| l.id.as_slice());
-    let life = |batch: &CheckBatch| batch.lease.map_or(0, |l| to_i64(l.max_life.as_millis()));
-    args.push(Arg::Bytes(buckets_of(batches).map(|(_, batch, _)| lease(batch)).collect()));
-    args.push(Arg::Bigints(buckets_of(batches).map(|(_, batch, _)| life(batch)).collect()));
+    let mut args = check_args(checks, now);
+    let lease = |check: &'a Check| check.lease.as_ref().map_or(&[][..], |l| l.id.as_slice());
+    let life = |check: &Check| check.lease.map_or(0, |l| to_i64(l.max_life.as_millis()));
+    args.push(Arg::Bytes(buckets_of(checks).map(|(_, check, _)| lease(check)).collect()));
+    args.push(Arg::Bigints(buckets_of(checks).map(|(_, check, _)| life(check)).collect()));
     args
 }
 
@@ -81,11 +81,11 @@ pub(super) async fn fetch_rows(
     rows.iter().map(Row::from_row).collect()
 }
 
-/// Each bucket of `batches` in order, with its batch and the batch's index.
+/// Each bucket of `checks` in order, with its batch and the batch's index.
 pub(super) fn buckets_of<'a>(
-    batches: &'a [&'a CheckBatch],
-) -> impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + Clone + 'a {
-    batches.iter().enumerate().flat_map(|(i, batch)| batch.buckets.iter().map(move |b| (i, *batch, b)))
+    checks: &'a [&'a Check],
+) -> impl Iterator<Item = (usize, &'a Check, &'a BucketSpec)> + Clone + 'a {
+    checks.iter().enumerate().flat_map(|(i, check)| check.buckets.iter().map(move |b| (i, *check, b)))
 }
 
 /// Gives each row the position `to[p - 1]` in place of its `p`: for a
@@ -102,16 +102,16 @@ pub(super) fn renumber(rows: &mut [Row], to: &[i32]) -> Result<(), sqlx::Error> 
 }
 
 /// Hands each batch the rows of its own buckets, in the order they were asked.
-pub(super) fn answers(batches: &[&CheckBatch], mut rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::Error> {
+pub(super) fn answers(checks: &[&Check], mut rows: Vec<Row>) -> Result<Vec<Answer>, sqlx::Error> {
     rows.sort_by_key(|r| r.o_pos);
-    let expected: usize = batches.iter().map(|b| b.buckets.len()).sum();
+    let expected: usize = checks.iter().map(|b| b.buckets.len()).sum();
     if rows.len() != expected {
         let msg = format!("pglimit_check_batch returned {} rows for {expected} buckets", rows.len());
         return Err(sqlx::Error::Protocol(msg));
     }
     let mut rows = rows.into_iter();
-    let answers = batches.iter().map(|batch| {
-        let mine: Vec<Row> = rows.by_ref().take(batch.buckets.len()).collect();
+    let answers = checks.iter().map(|check| {
+        let mine: Vec<Row> = rows.by_ref().take(check.buckets.len()).collect();
         let now = mine.first().map_or_else(Utc::now, |r| r.o_now);
         let buckets = mine
             .into_iter()

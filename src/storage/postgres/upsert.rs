@@ -28,7 +28,7 @@ use super::literal::Arg;
 use super::session::is_sqlstate;
 use super::statements::{buckets_of, fetch_rows, to_i64, Row};
 use crate::algorithm::Algorithm;
-use crate::storage::{BucketSpec, CheckBatch};
+use crate::storage::{BucketSpec, Check};
 
 /// Every check one fixed-window bucket: the commonest batch, and the
 /// leanest statement (the policy one costs 0.03-0.15 ms more a call:
@@ -62,7 +62,7 @@ const ALGORITHMS_UPSERT: &str = include_str!("algorithms_upsert.sql");
 
 /// Which upsert decides a batch.
 #[derive(Clone, Copy)]
-pub(super) enum Road {
+pub(super) enum Upsert {
     OneBucket,
     /// One fixed-window bucket a check, a key's checks alike: [`HOT_UPSERT`].
     HotKeys,
@@ -84,12 +84,12 @@ pub(super) enum Keys {
 }
 
 impl Keys {
-    /// How the keys of `batches`' buckets repeat.
-    pub(super) fn of(batches: &[&CheckBatch]) -> Keys {
-        let mut seen = HashMap::with_capacity(batches.len() * 3);
+    /// How the keys of `checks`' buckets repeat.
+    pub(super) fn of(checks: &[&Check]) -> Keys {
+        let mut seen = HashMap::with_capacity(checks.len() * 3);
         let mut keys = Keys::Distinct;
-        for (_, batch, bucket) in buckets_of(batches) {
-            let alike = (bucket.limit, bucket.window, batch.cost);
+        for (_, check, bucket) in buckets_of(checks) {
+            let alike = (bucket.limit, bucket.window, check.cost);
             match seen.insert(bucket.key, alike) {
                 Some(before) if before != alike => return Keys::Repeated,
                 Some(_) => keys = Keys::RepeatedAlike,
@@ -100,34 +100,34 @@ impl Keys {
     }
 }
 
-/// The upsert that decides `batches` exactly, if one does, given how their
+/// The upsert that decides `checks` exactly, if one does, given how their
 /// `keys` repeat. A calendar window takes a batch function: the upserts
 /// know only windows of a fixed length, and stay as lean as they were.
-pub(super) fn road(batches: &[&CheckBatch], keys: Keys) -> Option<Road> {
+pub(super) fn choose(checks: &[&Check], keys: Keys) -> Option<Upsert> {
     // A concurrency bucket takes a lease, which only the batch functions write.
-    let plain = |batch: &&CheckBatch| {
-        batch.cost > 0
-            && batch
+    let plain = |check: &&Check| {
+        check.cost > 0
+            && check
                 .buckets
                 .iter()
                 .all(|b| b.lockout.is_none() && b.calendar.is_none() && b.algorithm != Algorithm::Concurrency)
     };
-    if keys == Keys::Repeated || !batches.iter().all(plain) {
+    if keys == Keys::Repeated || !checks.iter().all(plain) {
         return None;
     }
-    let fixed = |batch: &&CheckBatch| batch.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
-    let one = |batch: &&CheckBatch| batch.buckets.len() == 1;
+    let fixed = |check: &&Check| check.buckets.iter().all(|b| b.algorithm == Algorithm::FixedWindow);
+    let one = |check: &&Check| check.buckets.len() == 1;
     if keys == Keys::RepeatedAlike {
-        return batches.iter().all(|b| one(b) && fixed(b)).then_some(Road::HotKeys);
+        return checks.iter().all(|b| one(b) && fixed(b)).then_some(Upsert::HotKeys);
     }
-    let token = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm == Algorithm::TokenBucket;
-    let other = |batch: &&CheckBatch| one(batch) && batch.buckets[0].algorithm != Algorithm::FixedWindow;
-    if batches.iter().all(|b| one(b) && fixed(b)) {
-        Some(Road::OneBucket)
-    } else if batches.iter().all(other) {
-        Some(Road::Algorithms)
-    } else if batches.iter().all(|b| fixed(b) || token(b)) {
-        Some(Road::Policy)
+    let token = |check: &&Check| one(check) && check.buckets[0].algorithm == Algorithm::TokenBucket;
+    let other = |check: &&Check| one(check) && check.buckets[0].algorithm != Algorithm::FixedWindow;
+    if checks.iter().all(|b| one(b) && fixed(b)) {
+        Some(Upsert::OneBucket)
+    } else if checks.iter().all(other) {
+        Some(Upsert::Algorithms)
+    } else if checks.iter().all(|b| fixed(b) || token(b)) {
+        Some(Upsert::Policy)
     } else {
         None
     }
@@ -140,47 +140,43 @@ pub(super) fn must_retry_with_locks(e: &sqlx::Error) -> bool {
 
 pub(super) async fn run(
     conn: &mut PgConnection,
-    road: Road,
-    batches: &[&CheckBatch],
+    upsert: Upsert,
+    checks: &[&Check],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let sql = match road {
-        Road::OneBucket => ONE_BUCKET_UPSERT,
-        Road::HotKeys => HOT_UPSERT,
-        Road::Algorithms => ALGORITHMS_UPSERT,
-        Road::Policy => POLICY_UPSERT,
+    let sql = match upsert {
+        Upsert::OneBucket => ONE_BUCKET_UPSERT,
+        Upsert::HotKeys => HOT_UPSERT,
+        Upsert::Algorithms => ALGORITHMS_UPSERT,
+        Upsert::Policy => POLICY_UPSERT,
     };
-    fetch_rows(conn, sql, args(road, batches, now), None).await
+    fetch_rows(conn, sql, args(upsert, checks, now), None).await
 }
 
-/// The arguments of `road`'s upsert for `batches`.
-pub(super) fn args<'a>(
-    road: Road,
-    batches: &'a [&'a CheckBatch],
-    now: Option<DateTime<Utc>>,
-) -> Vec<Arg<'a>> {
-    bucket_args(road, buckets_of(batches), now)
+/// The arguments of `upsert`'s upsert for `checks`.
+pub(super) fn args<'a>(upsert: Upsert, checks: &'a [&'a Check], now: Option<DateTime<Utc>>) -> Vec<Arg<'a>> {
+    bucket_args(upsert, buckets_of(checks), now)
 }
 
 /// [`args`] for some of a batch's buckets, each `(i, batch, bucket)` a
 /// bucket of check `i`: Citus mode splits a batch by shard.
 pub(super) fn bucket_args<'a>(
-    road: Road,
-    buckets: impl Iterator<Item = (usize, &'a CheckBatch, &'a BucketSpec)> + Clone,
+    upsert: Upsert,
+    buckets: impl Iterator<Item = (usize, &'a Check, &'a BucketSpec)> + Clone,
     now: Option<DateTime<Utc>>,
 ) -> Vec<Arg<'a>> {
     let buckets = || buckets.clone();
     let keys = Arg::Bytes(buckets().map(|(_, _, b)| b.key.as_slice()).collect());
     let limits = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.limit)).collect());
     let windows = Arg::Bigints(buckets().map(|(_, _, b)| to_i64(b.window.as_millis())).collect());
-    let costs = Arg::Bigints(buckets().map(|(_, batch, _)| to_i64(batch.cost)).collect());
+    let costs = Arg::Bigints(buckets().map(|(_, check, _)| to_i64(check.cost)).collect());
     let algorithms = || Arg::Smallints(buckets().map(|(_, _, b)| b.algorithm.code()).collect());
-    match road {
-        Road::OneBucket | Road::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
-        Road::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
-        Road::Policy => {
+    match upsert {
+        Upsert::OneBucket | Upsert::HotKeys => vec![keys, limits, windows, costs, Arg::Clock(now)],
+        Upsert::Algorithms => vec![keys, limits, windows, costs, Arg::Clock(now), algorithms()],
+        Upsert::Policy => {
             let positions = Arg::Ints(buckets().map(|(i, _, _)| i as i32).collect());
-            let sizes = Arg::Ints(buckets().map(|(_, batch, _)| batch.buckets.len() as i32).collect());
+            let sizes = Arg::Ints(buckets().map(|(_, check, _)| check.buckets.len() as i32).collect());
             vec![positions, keys, limits, windows, costs, Arg::Clock(now), algorithms(), sizes]
         }
     }

@@ -15,7 +15,7 @@ use arc_swap::ArcSwapOption;
 use sqlx::postgres::PgConnection;
 use sqlx::{Executor, Row};
 
-use crate::storage::CheckBatch;
+use crate::storage::Check;
 
 /// The server's zone names; none before a server was read, when every
 /// zone passes (the model knows them all).
@@ -38,9 +38,9 @@ impl ServerZones {
         self.0.load().as_ref().is_none_or(|names| names.contains(zone))
     }
 
-    /// The first calendar zone of `batch` the server does not know.
-    pub fn first_unknown(&self, batch: &CheckBatch) -> Option<&'static str> {
-        let mut zones = batch.buckets.iter().filter_map(|b| b.calendar).map(|c| c.zone.name());
+    /// The first calendar zone of `check` the server does not know.
+    pub fn first_unknown(&self, check: &Check) -> Option<&'static str> {
+        let mut zones = check.buckets.iter().filter_map(|b| b.calendar).map(|c| c.zone.name());
         zones.find(|zone| !self.knows(zone))
     }
 

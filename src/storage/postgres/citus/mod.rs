@@ -34,7 +34,7 @@ use sqlx::{Connection, Executor};
 
 use crate::storage::Key;
 pub(super) use joined::{Texts, WorkerUpserts};
-pub(super) use parts::{merge, split, Part};
+pub(super) use parts::{merge, split, WorkerCheck};
 
 /// Citus mode (docs/scaling.md, "When and how"): counters distributed by
 /// route, each call on one shard.
@@ -199,7 +199,7 @@ impl Routes {
 
 #[cfg(test)]
 impl Routes {
-    /// Slot `s` on route `routes[s]`, held by worker `workers[s]`.
+    /// LaneConnection `s` on route `routes[s]`, held by worker `workers[s]`.
     pub fn for_tests(routes: Vec<i32>, workers: Vec<i32>) -> Self {
         let text = || Texts {
             one: "upsert".into(),

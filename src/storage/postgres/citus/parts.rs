@@ -2,28 +2,28 @@
 //! answers merged back into one.
 
 use super::Routes;
-use crate::storage::{Answer, CheckBatch, StoreKind};
+use crate::storage::{Answer, Check, StoreKind};
 
 /// The buckets of one check whose shards are on one worker, decided together.
-pub(in crate::storage::postgres) struct Part {
+pub(in crate::storage::postgres) struct WorkerCheck {
     /// The worker (Citus group id) as last read; chooses the lane.
     pub worker: i32,
-    pub batch: CheckBatch,
+    pub batch: Check,
     /// Where each of `batch`'s buckets is in the whole check.
     pub positions: Vec<usize>,
 }
 
 /// Splits `batch` by worker, keeping the buckets' order within each part.
 /// A check on one worker (or with no bucket) is one part.
-pub(in crate::storage::postgres) fn split(routes: &Routes, batch: &CheckBatch) -> Vec<Part> {
-    let mut parts: Vec<Part> = Vec::new();
+pub(in crate::storage::postgres) fn split(routes: &Routes, batch: &Check) -> Vec<WorkerCheck> {
+    let mut parts: Vec<WorkerCheck> = Vec::new();
     for (position, bucket) in batch.buckets.iter().enumerate() {
         let worker = routes.worker(&bucket.key);
         let part = match parts.iter().position(|p| p.worker == worker) {
             Some(i) => &mut parts[i],
             None => {
-                let empty = CheckBatch { buckets: Vec::new(), ..batch.clone() };
-                parts.push(Part { worker, batch: empty, positions: Vec::new() });
+                let empty = Check { buckets: Vec::new(), ..batch.clone() };
+                parts.push(WorkerCheck { worker, batch: empty, positions: Vec::new() });
                 let last = parts.len() - 1;
                 &mut parts[last]
             }
@@ -32,7 +32,7 @@ pub(in crate::storage::postgres) fn split(routes: &Routes, batch: &CheckBatch) -
         part.positions.push(position);
     }
     if parts.is_empty() {
-        parts.push(Part { worker: 0, batch: batch.clone(), positions: Vec::new() });
+        parts.push(WorkerCheck { worker: 0, batch: batch.clone(), positions: Vec::new() });
     }
     parts
 }
@@ -40,8 +40,8 @@ pub(in crate::storage::postgres) fn split(routes: &Routes, batch: &CheckBatch) -
 /// The whole check's answer from its parts' answers, in the check's bucket
 /// order. A part that was given back shows what it has left after the refund.
 pub(in crate::storage::postgres) fn merge(
-    batch: &CheckBatch,
-    parts: &[Part],
+    batch: &Check,
+    parts: &[WorkerCheck],
     answers: Vec<Answer>,
     refunded: &[bool],
 ) -> Answer {
@@ -90,9 +90,9 @@ mod tests {
         }
     }
 
-    fn check(seconds: &[u8]) -> CheckBatch {
+    fn check(seconds: &[u8]) -> Check {
         let buckets = seconds.iter().map(|&f| bucket(f)).collect();
-        CheckBatch { buckets, cost: 2, fallback: MemoryFallback::Refuse, lease: None }
+        Check { buckets, cost: 2, fallback: MemoryFallback::Refuse, lease: None }
     }
 
     fn answer(n: usize, remaining: u64) -> Answer {

@@ -10,8 +10,8 @@ use super::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::citus::Routes;
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
-use crate::storage::postgres::upsert::{self, Road};
-use crate::storage::{Answer, BlockTarget, BucketSpec, CheckBatch, Held};
+use crate::storage::postgres::upsert::{self, Upsert};
+use crate::storage::{Answer, BlockTarget, BucketSpec, Check, Held};
 use plan::{by_worker, statements_of, Segment, Shards, Statement};
 
 #[path = "citus_plan.rs"]
@@ -86,7 +86,7 @@ fn moved(e: &sqlx::Error) -> bool {
 pub(super) async fn decide(
     conn: &mut PgConnection,
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     now: Option<DateTime<Utc>>,
     direct: Option<i32>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
@@ -127,7 +127,7 @@ const MOVE_PATIENCE: Duration = Duration::from_millis(128);
 async fn resend(
     conn: &mut PgConnection,
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     members: &[usize],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<(usize, Answer)>, sqlx::Error> {
@@ -154,40 +154,40 @@ async fn resend(
 async fn run(
     conn: &mut PgConnection,
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     statement: &Statement,
     members: &[usize],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let Statement::Upsert(joined, shards, segments, road) = statement else {
+    let Statement::Upsert(joined, shards, segments, upsert) = statement else {
         return decide_on_worker(conn, routes, batches, members, now, false).await;
     };
     let texts = match shards {
         Shards::All => &joined.all,
         Shards::One(s) => &joined.each[*s],
     };
-    let sql = match road {
-        Road::HotKeys => &texts.hot,
-        Road::Policy => &texts.policy,
-        Road::OneBucket | Road::Algorithms => &texts.one,
+    let sql = match upsert {
+        Upsert::HotKeys => &texts.hot,
+        Upsert::Policy => &texts.policy,
+        Upsert::OneBucket | Upsert::Algorithms => &texts.one,
     };
     let (mut args, mut before) = (vec![Arg::Clock(now)], 0);
     for segment in segments {
         let buckets = segment.iter().map(|&(i, j)| (i, batches[i], &batches[i].buckets[j]));
-        let own = upsert::bucket_args(*road, buckets, None).into_iter();
+        let own = upsert::bucket_args(*upsert, buckets, None).into_iter();
         args.extend(own.filter(|arg| !matches!(arg, Arg::Clock(_))));
         args.push(Arg::Int(i32::try_from(before).unwrap_or(i32::MAX)));
         before += segment.len();
     }
     let mut rows = statements::fetch_rows(conn, sql, args, None).await?;
     statements::renumber(&mut rows, &answer_order(batches, members, segments))?;
-    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+    let group: Vec<&Check> = members.iter().map(|&i| batches[i]).collect();
     statements::answers(&group, rows)
 }
 
 /// Where each bucket of `segments`, in their order, goes among the answers
 /// to `members` (from 1): their checks' buckets in the checks' order.
-fn answer_order(batches: &[&CheckBatch], members: &[usize], segments: &[Segment]) -> Vec<i32> {
+fn answer_order(batches: &[&Check], members: &[usize], segments: &[Segment]) -> Vec<i32> {
     let mut start = std::collections::HashMap::with_capacity(members.len());
     let mut next = 1;
     for &i in members {
@@ -201,12 +201,12 @@ fn answer_order(batches: &[&CheckBatch], members: &[usize], segments: &[Segment]
 async fn decide_on_worker(
     conn: &mut PgConnection,
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     members: &[usize],
     now: Option<DateTime<Utc>>,
     written_out: bool,
 ) -> Result<Vec<Answer>, sqlx::Error> {
-    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
+    let group: Vec<&Check> = members.iter().map(|&i| batches[i]).collect();
     let bucket_routes: Vec<i32> =
         group.iter().flat_map(|b| b.buckets.iter().map(|bucket| routes.of(&bucket.key))).collect();
     let route = bucket_routes.first().copied().unwrap_or(routes.all()[0]);
@@ -221,7 +221,7 @@ async fn decide_on_worker(
 pub(super) async fn refund(
     conn: &mut PgConnection,
     routes: &Routes,
-    batch: &CheckBatch,
+    batch: &Check,
     taken: &Answer,
 ) -> Result<(), sqlx::Error> {
     let bucket_routes: Vec<i32> = batch.buckets.iter().map(|b| routes.of(&b.key)).collect();

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::storage::postgres::citus::{Routes, WorkerUpserts};
-use crate::storage::postgres::upsert::{self, Keys, Road};
-use crate::storage::CheckBatch;
+use crate::storage::postgres::upsert::{self, Keys, Upsert};
+use crate::storage::Check;
 
 /// A statement that decides some of a worker's checks: fixed-window checks
 /// as the worker's shards' upserts joined into one (`Shards::All`) or as
@@ -16,7 +16,7 @@ use crate::storage::CheckBatch;
 /// `policy_upsert.sql`'s when a check has several buckets), each segment
 /// the `(check, bucket)`s on its shard; or checks through the route function.
 pub(super) enum Statement {
-    Upsert(Arc<WorkerUpserts>, Shards, Vec<Segment>, Road),
+    Upsert(Arc<WorkerUpserts>, Shards, Vec<Segment>, Upsert),
     Node(Vec<usize>),
 }
 
@@ -55,21 +55,21 @@ pub(super) const FILLED_SHARE: usize = 3;
 /// costs about the same whatever it carries.
 pub(super) fn statements_of(
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     members: Vec<usize>,
     direct: Option<i32>,
 ) -> Vec<Statement> {
-    let Some((joined, segments, road)) = segments_of(routes, batches, &members, direct) else {
+    let Some((joined, segments, upsert)) = segments_of(routes, batches, &members, direct) else {
         return vec![Statement::Node(members)];
     };
     let filled: Vec<usize> = (0..segments.len()).filter(|&s| !segments[s].is_empty()).collect();
     // Every member has a bucket in some segment: more checks by segment than members is a check in two.
     let spans = filled.iter().map(|&s| checks_of(segments[s].iter()).len()).sum::<usize>() > members.len();
     if filled.len() > 1 && (spans || filled.len() * FILLED_SHARE >= segments.len()) {
-        return vec![Statement::Upsert(joined, Shards::All, segments, road)];
+        return vec![Statement::Upsert(joined, Shards::All, segments, upsert)];
     }
     let alone =
-        |s: usize| Statement::Upsert(Arc::clone(&joined), Shards::One(s), vec![segments[s].clone()], road);
+        |s: usize| Statement::Upsert(Arc::clone(&joined), Shards::One(s), vec![segments[s].clone()], upsert);
     filled.into_iter().map(alone).collect()
 }
 
@@ -86,17 +86,17 @@ fn checks_of<'a>(buckets: impl Iterator<Item = &'a (usize, usize)>) -> Vec<usize
 /// need the route function.
 fn segments_of(
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     members: &[usize],
     direct: Option<i32>,
-) -> Option<(Arc<WorkerUpserts>, Vec<Segment>, Road)> {
+) -> Option<(Arc<WorkerUpserts>, Vec<Segment>, Upsert)> {
     let on_worker =
         |&i: &usize| batches[i].buckets.first().is_some_and(|b| direct == Some(routes.worker(&b.key)));
     let joined = direct.and_then(|worker| routes.joined(worker)).filter(|_| members.iter().all(on_worker))?;
     // Only the fixed-window upserts are written for the shards.
-    let group: Vec<&CheckBatch> = members.iter().map(|&i| batches[i]).collect();
-    let fixed = |r: &Road| !matches!(r, Road::Algorithms);
-    let road = upsert::road(&group, Keys::of(&group)).filter(fixed)?;
+    let group: Vec<&Check> = members.iter().map(|&i| batches[i]).collect();
+    let fixed = |r: &Upsert| !matches!(r, Upsert::Algorithms);
+    let upsert = upsert::choose(&group, Keys::of(&group)).filter(fixed)?;
     let mut segments = vec![Vec::new(); joined.routes.len()];
     for &i in members {
         for (j, bucket) in batches[i].buckets.iter().enumerate() {
@@ -105,13 +105,13 @@ fn segments_of(
             segments[joined.routes.iter().position(|&r| r == route)?].push((i, j));
         }
     }
-    Some((joined, segments, road))
+    Some((joined, segments, upsert))
 }
 
 /// The batches among `members` grouped by the worker of their first bucket.
 pub(super) fn by_worker(
     routes: &Routes,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     members: impl Iterator<Item = usize>,
 ) -> Vec<Vec<usize>> {
     let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();

@@ -19,32 +19,32 @@ fn bucket(second_byte: u8, algorithm: Algorithm) -> BucketSpec {
     BucketSpec { name, key, limit: 5, window, algorithm, lockout: None, calendar: None }
 }
 
-fn check(buckets: Vec<BucketSpec>) -> CheckBatch {
-    CheckBatch { buckets, cost: 1, fallback: MemoryFallback::Refuse, lease: None }
+fn check(buckets: Vec<BucketSpec>) -> Check {
+    Check { buckets, cost: 1, fallback: MemoryFallback::Refuse, lease: None }
 }
 
-fn fixed(second_byte: u8) -> CheckBatch {
+fn fixed(second_byte: u8) -> Check {
     check(vec![bucket(second_byte, Algorithm::FixedWindow)])
 }
 
-fn decided_by(batches: &[CheckBatch], direct: Option<i32>) -> Vec<(&'static str, Vec<Vec<usize>>)> {
+fn decided_by(batches: &[Check], direct: Option<i32>) -> Vec<(&'static str, Vec<Vec<usize>>)> {
     decided_on(&routes(), batches, direct)
 }
 
 fn decided_on(
     routes: &Routes,
-    batches: &[CheckBatch],
+    batches: &[Check],
     direct: Option<i32>,
 ) -> Vec<(&'static str, Vec<Vec<usize>>)> {
-    let batches: Vec<&CheckBatch> = batches.iter().collect();
+    let batches: Vec<&Check> = batches.iter().collect();
     // Each segment's checks (one bucket each, but in the policy tests below).
     let checks =
         |segments: Vec<Segment>| segments.into_iter().map(|s| s.into_iter().map(|(i, _)| i).collect());
     let named = |statement| match statement {
-        Statement::Upsert(_, Shards::All, segments, Road::HotKeys) => {
+        Statement::Upsert(_, Shards::All, segments, Upsert::HotKeys) => {
             ("hot upsert", checks(segments).collect())
         }
-        Statement::Upsert(_, Shards::All, segments, Road::Policy) => {
+        Statement::Upsert(_, Shards::All, segments, Upsert::Policy) => {
             ("policy upsert", checks(segments).collect())
         }
         Statement::Upsert(_, Shards::All, segments, _) => ("upsert", checks(segments).collect()),
@@ -82,9 +82,9 @@ fn a_check_of_buckets_on_two_of_the_workers_shards_has_a_segment_on_each() {
 fn a_check_across_two_shards_of_many_takes_the_statement_over_all_of_them() {
     let nine = Routes::for_tests((1..=9).collect(), vec![1; 9]);
     let policy = check(vec![bucket(0, Algorithm::FixedWindow), bucket(4, Algorithm::FixedWindow)]);
-    let batches: Vec<&CheckBatch> = vec![&policy];
+    let batches: Vec<&Check> = vec![&policy];
     let statements = statements_of(&nine, &batches, vec![0], Some(1));
-    let [Statement::Upsert(_, Shards::All, segments, Road::Policy)] = &statements[..] else {
+    let [Statement::Upsert(_, Shards::All, segments, Upsert::Policy)] = &statements[..] else {
         panic!("one statement over the nine shards: 2 of 9 alone would decide each bucket apart");
     };
     assert_eq!((segments[0].clone(), segments[4].clone()), (vec![(0, 0)], vec![(0, 1)]));

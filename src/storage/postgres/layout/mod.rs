@@ -10,10 +10,10 @@ mod single;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::citus::{CitusChecks, Node, Part, Routes};
+use super::citus::{CitusChecks, Node, Routes, WorkerCheck};
 use super::session::Session;
 use crate::algorithm::State;
-use crate::storage::{Answer, BlockTarget, CheckBatch, Held, Key};
+use crate::storage::{Answer, BlockTarget, Check, Held, Key};
 
 /// The layout of the rows, set once at start-up ([`Session::prepare`]).
 pub(super) enum Layout {
@@ -59,7 +59,7 @@ impl Layout {
 
     /// In Citus mode, `batch` split into one part per worker; `None` on a
     /// single node, where a check goes whole to the one lane.
-    pub fn split(&self, batch: &CheckBatch) -> Option<Vec<Part>> {
+    pub fn split(&self, batch: &Check) -> Option<Vec<WorkerCheck>> {
         match self {
             Layout::Single => None,
             Layout::Citus(routes) => Some(super::citus::split(routes, batch)),
@@ -73,7 +73,7 @@ impl Layout {
     pub async fn decide(
         &self,
         conn: &mut PgConnection,
-        batches: &[&CheckBatch],
+        batches: &[&Check],
         now: Option<DateTime<Utc>>,
         per_transaction: Option<&str>,
         node: Option<&Node>,
@@ -89,7 +89,7 @@ impl Layout {
     pub async fn refund(
         &self,
         conn: &mut PgConnection,
-        batch: &CheckBatch,
+        batch: &Check,
         taken: &Answer,
     ) -> Result<(), sqlx::Error> {
         match self {

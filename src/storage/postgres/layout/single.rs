@@ -8,7 +8,7 @@ use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
 use crate::storage::postgres::upsert::{self, Keys};
-use crate::storage::{Answer, CheckBatch};
+use crate::storage::{Answer, Check};
 use crate::telemetry;
 
 /// The general case: any algorithms, any number of buckets per check, keys
@@ -60,7 +60,7 @@ WHERE t.key = s.key",
 /// written out ([`statements::fetch_rows`]).
 pub(super) async fn decide(
     conn: &mut PgConnection,
-    batches: &[&CheckBatch],
+    batches: &[&Check],
     now: Option<DateTime<Utc>>,
     per_transaction: Option<&str>,
 ) -> Result<Vec<Answer>, sqlx::Error> {
@@ -70,9 +70,9 @@ pub(super) async fn decide(
     // Written out, a plain upsert is planned on every call, where the batch
     // functions' own statements keep their plans in the server's session:
     // behind a transaction pooler the functions were the faster (bench/results/).
-    let road = if via.is_some() { None } else { upsert::road(batches, keys) };
-    let rows: Vec<Row> = match road {
-        Some(road) => match upsert::run(&mut *conn, road, batches, now).await {
+    let upsert = if via.is_some() { None } else { upsert::choose(batches, keys) };
+    let rows: Vec<Row> = match upsert {
+        Some(upsert) => match upsert::run(&mut *conn, upsert, batches, now).await {
             Err(e) if upsert::must_retry_with_locks(&e) => {
                 tracing::debug!(
                     "a bucket's row changed under the upsert; deciding its batch again with locks"

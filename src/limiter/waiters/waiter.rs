@@ -40,7 +40,7 @@ impl Queue {
 
 /// A held request's place in its key's queue; leaving (dropping it) lets
 /// the next one recheck.
-pub struct Place<'w> {
+pub struct Waiter<'w> {
     waiters: &'w Waiters,
     key: Key,
     ticket: u64,
@@ -49,7 +49,7 @@ pub struct Place<'w> {
     pub closing: watch::Receiver<bool>,
 }
 
-impl<'w> Place<'w> {
+impl<'w> Waiter<'w> {
     /// A place at the back of `key`'s queue, which has room for it
     /// ([`Waiters::has_room`]); it is counted as held already.
     pub(super) fn join(waiters: &'w Waiters, queues: &mut Queues, key: Key, ticket: u64) -> Self {
@@ -87,7 +87,7 @@ impl<'w> Place<'w> {
     }
 }
 
-impl Drop for Place<'_> {
+impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         leave(&mut self.waiters.lock(), self.key, &self.queue, self.ticket);
         let held = self.waiters.held.fetch_sub(1, Ordering::AcqRel) - 1;

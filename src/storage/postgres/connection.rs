@@ -17,29 +17,29 @@ use super::citus::Node;
 use super::session::{timed_out, Session};
 
 /// The work of one use, borrowing the connection (and the session, which
-/// [`Kept::within`] passes in so that the work need capture no borrow).
+/// [`Connection::within`] passes in so that the work need capture no borrow).
 pub(super) type Work<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// A connection and the session generation it was opened in.
-type Slot = Option<(PgConnection, u64)>;
+type OpenConnection = Option<(PgConnection, u64)>;
 
-pub(super) struct Kept {
+pub(super) struct Connection {
     /// Taken out while in use and put back only after a success, so that
     /// a use cut short by its time limit leaves nothing behind.
-    slot: Mutex<Slot>,
+    slot: Mutex<OpenConnection>,
     /// What the connection is for, as in "postgres timed out {what}".
     what: &'static str,
     /// The Citus worker it is opened on; `None`: the URL's server.
     node: Option<Node>,
 }
 
-impl Kept {
+impl Connection {
     /// Nothing open yet: the first use connects.
     pub fn new(what: &'static str) -> Self {
         Self { slot: Mutex::new(None), what, node: None }
     }
 
-    /// As [`Kept::new`], on a Citus worker.
+    /// As [`Connection::new`], on a Citus worker.
     pub fn on(what: &'static str, node: Node) -> Self {
         Self { slot: Mutex::new(None), what, node: Some(node) }
     }
@@ -72,7 +72,7 @@ impl Kept {
         tokio::time::timeout(limit, run).await.unwrap_or_else(|_| Err(timed_out(self.what)))
     }
 
-    /// As [`Kept::within`], but when the kept connection fails (the server
+    /// As [`Connection::within`], but when the kept connection fails (the server
     /// or a network device may have closed it while idle), `work` is tried
     /// once more on a fresh one, in what is left of `limit`.
     pub async fn within_or_afresh<T, F>(
@@ -97,7 +97,7 @@ impl Kept {
 
     /// One use: the kept connection if it is current, else a new one; kept
     /// again only if `work` succeeds.
-    async fn run<T, F>(&self, slot: &mut Slot, session: &Session, work: F) -> Result<T, sqlx::Error>
+    async fn run<T, F>(&self, slot: &mut OpenConnection, session: &Session, work: F) -> Result<T, sqlx::Error>
     where
         F: for<'c> FnOnce(&'c mut PgConnection, &'c Session) -> Work<'c, T>,
     {
