@@ -2,33 +2,34 @@
 -- ONE_BUCKET_UPSERT in upsert.rs), with algorithms.sql's arithmetic: $1 each check's key, $2 limit,
 -- $3 window (ms), $4 cost, $5 the clock (NULL: the database's).
 WITH req AS (
-    SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at
+    SELECT r.key, r.lim, r.win, r.cost, r.pos::integer AS pos, coalesce($5::timestamptz, now()) AS at,
+           coalesce($5::timestamptz, now()) + r.win * interval '1 millisecond' AS new_end
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), blk AS (
     SELECT k.key, k.until FROM pglimit_blocks k
     WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
     INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
-    SELECT key, cost, at + win * interval '1 millisecond', lim FROM req
+    SELECT key, cost, new_end, lim FROM req
     WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         count      = pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())) + EXCLUDED.count,
         expires_at = pglimit_fixed_end(b.expires_at, coalesce($5::timestamptz, now()), EXCLUDED.expires_at),
         prev_count = 0
-    WHERE pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())) + EXCLUDED.count
-          <= EXCLUDED.prev_count
+    WHERE pglimit_fits(pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())),
+                       EXCLUDED.count, EXCLUDED.prev_count)
     RETURNING b.key, b.count, b.expires_at
 )
 SELECT r.pos AS o_pos,
        u.key IS NOT NULL AS o_allowed,
-       CASE WHEN u.key IS NOT NULL THEN r.lim - u.count
+       CASE WHEN u.key IS NOT NULL THEN pglimit_room(r.lim, u.count)
             WHEN k.key IS NOT NULL THEN 0
-            ELSE greatest(0, least(coalesce(r.lim - s.count, 0), r.cost - 1)) END AS o_remaining,
-       greatest(coalesce(u.expires_at, s.ends, r.at + r.win * interval '1 millisecond'), k.until) AS o_reset_at,
+            ELSE least(pglimit_room(r.lim, coalesce(s.count, r.lim)), r.cost - 1) END AS o_remaining,
+       greatest(coalesce(u.expires_at, s.ends, r.new_end), k.until) AS o_reset_at,
        CASE WHEN u.key IS NOT NULL THEN NULL
-            WHEN k.key IS NULL THEN coalesce(u.expires_at, s.ends, r.at + r.win * interval '1 millisecond')
+            WHEN k.key IS NULL THEN coalesce(u.expires_at, s.ends, r.new_end)
             -- Blocked: retry when the block ends, or the window if it is full too.
-            WHEN coalesce(s.counted, 0) + r.cost <= r.lim THEN k.until
+            WHEN pglimit_fits(coalesce(s.counted, 0), r.cost, r.lim) THEN k.until
             ELSE greatest(s.ends, k.until) END AS o_retry_at,
        r.at AS o_now,
        k.key IS NOT NULL AS o_blocked
@@ -37,7 +38,7 @@ LEFT JOIN up u ON u.key = r.key
 LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
     SELECT s.count, pglimit_fixed_count(s.count, s.expires_at, r.at) AS counted,
-           pglimit_fixed_end(s.expires_at, r.at, r.at + r.win * interval '1 millisecond') AS ends
+           pglimit_fixed_end(s.expires_at, r.at, r.new_end) AS ends
     FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos

@@ -170,13 +170,13 @@ BEGIN
     -- subscripted parameters).
     FOR i IN SELECT u.o FROM unnest(p_routes, p_keys) WITH ORDINALITY AS u(route, key, o) ORDER BY u.route, u.key LOOP
         k := p_keys[i]; kr := p_routes[i]; cost := p_costs[i]; win := p_windows_ms[i] * 1000;
-        IF p_algos[i] = 0 THEN  -- fixed window: only the window that took it (its end is
+        IF p_algos[i] = pglimit_fixed_window() THEN  -- fixed window: only the window that took it (its end is
             -- the reset time; its start may be later than p_at, the clock of a
             -- call that waited for the row's lock while another call began it)
             reset := p_resets[i];
             UPDATE pglimit_buckets SET count = greatest(count - cost, 0)
             WHERE route = kr AND key = k AND expires_at = reset;
-        ELSIF p_algos[i] = 1 THEN  -- sliding window: the current window, or the previous one since
+        ELSIF p_algos[i] = pglimit_sliding_window() THEN  -- sliding window: the current window, or the previous one since
             end_us := pglimit_sliding_start(at_us, win) + win;
             UPDATE pglimit_buckets SET
                 count      = CASE WHEN pglimit_us(expires_at) - win = end_us
@@ -184,7 +184,7 @@ BEGIN
                 prev_count = CASE WHEN pglimit_us(expires_at) - win = end_us + win
                                   THEN greatest(prev_count - cost, 0) ELSE prev_count END
             WHERE route = kr AND key = k AND pglimit_us(expires_at) - win IN (end_us, end_us + win);
-        ELSIF p_algos[i] = 2 THEN  -- sliding log: the entries stamped at p_at
+        ELSIF p_algos[i] = pglimit_sliding_log() THEN  -- sliding log: the entries stamped at p_at
             SELECT b.log INTO lg FROM pglimit_buckets b WHERE b.route = kr AND b.key = k FOR UPDATE;
             CONTINUE WHEN lg IS NULL;
             FOR n IN 1..cost LOOP
@@ -193,7 +193,7 @@ BEGIN
                 lg := lg[1:x - 1] || lg[x + 1:];
             END LOOP;
             UPDATE pglimit_buckets SET log = lg WHERE route = kr AND key = k;
-        ELSIF p_algos[i] = 3 THEN  -- token bucket: the theoretical arrival time moves back
+        ELSIF p_algos[i] = pglimit_token_bucket() THEN  -- token bucket: the theoretical arrival time moves back
             step := pglimit_token_step(win, p_limits[i]) * cost;
             UPDATE pglimit_buckets SET tat_us = tat_us - step, expires_at = pglimit_ts(tat_us - step)
             WHERE route = kr AND key = k AND tat_us IS NOT NULL;

@@ -8,6 +8,25 @@
 -- A state read from a missing row is all NULL, which every function below
 -- takes as an empty bucket.
 
+-- The algorithms' codes (Algorithm::code), by name: constants the planner
+-- folds, so that a statement reads `algo = pglimit_token_bucket()`.
+CREATE FUNCTION pglimit_fixed_window() RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 0;
+CREATE FUNCTION pglimit_sliding_window() RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 1;
+CREATE FUNCTION pglimit_sliding_log() RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 2;
+CREATE FUNCTION pglimit_token_bucket() RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 3;
+CREATE FUNCTION pglimit_concurrency() RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 4;
+
+-- Whether a check of `cost` fits beside `used` of `lim`, and what is left
+-- of `lim` after `used`: every counting algorithm's (fixed and sliding
+-- windows, sliding log, concurrency).
+CREATE FUNCTION pglimit_fits(used bigint, cost bigint, lim bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN used + cost <= lim;
+
+CREATE FUNCTION pglimit_room(lim bigint, used bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN greatest(lim - used, 0);
+
 -- Through an interval, whose extract is immutable (a timestamptz's is only
 -- stable), so that the planner inlines it and Citus sends it to the shards.
 CREATE FUNCTION pglimit_us(ts timestamptz) RETURNS bigint
@@ -33,6 +52,12 @@ AS $$ SELECT CASE WHEN s_expires > now THEN s_count ELSE 0 END $$;
 CREATE FUNCTION pglimit_fixed_end(s_expires anyelement, now anyelement, new_end anyelement) RETURNS anyelement
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT CASE WHEN s_expires > now THEN s_expires ELSE new_end END $$;
+
+-- How many of `n` alike checks of `cost` fit in `room`, in arrival order:
+-- a hot key's checks proposed as one row (hot_upsert.sql).
+CREATE FUNCTION pglimit_fixed_takes(n bigint, room bigint, cost bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN least(n, room / cost);
 
 -- A calendar window (a fixed window's, src/algorithm/calendar.rs) ends at
 -- the next local midnight, Monday (ISO week) or 1st of the month in zone
@@ -61,6 +86,13 @@ CREATE FUNCTION pglimit_sliding_start(now_us bigint, win bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN now_us / win * win;
 
+-- Where a row of the current window ends: its window's end plus one
+-- window (`row_end` below; a row of the previous window ends one window
+-- earlier, `prev_end`).
+CREATE FUNCTION pglimit_sliding_row_end(now_us bigint, win bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN pglimit_sliding_start(now_us, win) + 2 * win;
+
 -- The count of the current window, as the row gives it.
 CREATE FUNCTION pglimit_sliding_current(s_count bigint, s_expires anyelement, row_end anyelement) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -78,6 +110,15 @@ AS $$ SELECT CASE WHEN s_expires = row_end THEN s_prev WHEN s_expires = prev_end
 CREATE FUNCTION pglimit_sliding_weight(prev bigint, win bigint, now_us bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN div(prev::numeric * (win - now_us % win), win)::bigint;
+
+-- When the bucket is full again, with `c` counted in the current window
+-- and `p` in the previous one: when the window that holds the last of
+-- them has slid past.
+CREATE FUNCTION pglimit_sliding_full(c bigint, p bigint, now_us bigint, win bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN c > 0 THEN pglimit_sliding_row_end(now_us, win)
+            WHEN p > 0 THEN pglimit_sliding_row_end(now_us, win) - win
+            ELSE now_us END;
 
 -- Smallest elapsed time e (µs into a window) with
 -- floor(prev * (win - e) / win) <= need.
@@ -102,6 +143,27 @@ CREATE FUNCTION pglimit_log_keeps(entry bigint, now_us bigint, win bigint) RETUR
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN entry > now_us - win;
 
+-- The entries of `log` still in the window, oldest first.
+CREATE FUNCTION pglimit_log_live(log bigint[], now_us bigint, win bigint) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ARRAY(SELECT x FROM unnest(coalesce(log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, win) ORDER BY x);
+
+-- A denied check of `cost` fits once enough of the oldest `entries` have
+-- left the window; `win` 0 where an entry is its own end (a lease's).
+CREATE FUNCTION pglimit_log_retry(entries bigint[], cost bigint, lim bigint, win bigint, now_us bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN coalesce(entries[cardinality(entries) + cost - lim] + win, now_us);
+
+-- The log is empty again once its newest entry has left the window.
+CREATE FUNCTION pglimit_log_full(entries bigint[], win bigint, now_us bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN coalesce(entries[cardinality(entries)] + win, now_us);
+
+-- An admitted check's entries: one per unit of its cost, stamped now.
+CREATE FUNCTION pglimit_log_take(entries bigint[], cost bigint, now_us bigint) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN entries || array_fill(now_us, ARRAY[cost::integer]);
+
 -- Token bucket (GCRA): a theoretical arrival time (tat) that each admitted
 -- unit moves one step on; a check fits while it stays within the capacity
 -- (step * limit) of now.
@@ -120,18 +182,40 @@ CREATE FUNCTION pglimit_token_fits(tat bigint, taken bigint, cap bigint, now_us 
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN tat + taken - now_us <= cap;
 
+-- What is left: how many steps the tat is short of now + capacity.
+CREATE FUNCTION pglimit_token_remaining(tat bigint, step bigint, lim bigint, now_us bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN greatest((now_us + step * lim - tat) / step, 0);
+
+-- A denied check of `cost` fits once the tat it would leave is within the
+-- capacity of the clock.
+CREATE FUNCTION pglimit_token_retry(tat bigint, cost bigint, step bigint, lim bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN tat + cost * step - step * lim;
+
 -- Concurrency: one lease expiry per held slot; a slot is held while its
 -- lease has not ended (releasing and renewing: leases.sql).
 CREATE FUNCTION pglimit_lease_holds(entry bigint, now_us bigint) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN entry > now_us;
 
--- One bucket's decision, as src/algorithm/ decides it. The codes are
--- Algorithm::code: 0 fixed window, 1 sliding window counter, 2 sliding log,
--- 3 token bucket, 4 concurrency (win: the lease time); any other raises.
--- `admit`: whether the next state counts this check (its other buckets fit
--- too). `tz`: a calendar window's zone (fixed windows only; NULL for every
--- other window).
+-- The leases of `log` still held, soonest ending first. A lease's entry is
+-- its end, so the log's retry and full time serve with no window.
+CREATE FUNCTION pglimit_leases_held(log bigint[], now_us bigint) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ARRAY(SELECT x FROM unnest(coalesce(log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x);
+
+-- An admitted check's leases: one per unit of its cost, each ending at
+-- `ends_us`, kept in order of their end.
+CREATE FUNCTION pglimit_lease_take(entries bigint[], cost bigint, ends_us bigint) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ARRAY(SELECT x FROM unnest(entries || array_fill(ends_us, ARRAY[cost::integer])) AS x ORDER BY x);
+
+-- One bucket's decision, as src/algorithm/ decides it, composed of the
+-- functions above; any algorithm code but the five raises. `admit`:
+-- whether the next state counts this check (its other buckets fit too).
+-- `tz`: a calendar window's zone (fixed windows only; NULL for every other
+-- window). For a concurrency bucket `win` is the lease time.
 CREATE FUNCTION pglimit_decide(
     algo smallint, s_count bigint, s_prev bigint, s_expires bigint, s_tat bigint, s_log bigint[],
     lim bigint, win bigint, cost bigint, now_us bigint, admit boolean, tz text DEFAULT NULL,
@@ -139,66 +223,62 @@ CREATE FUNCTION pglimit_decide(
     OUT n_count bigint, OUT n_prev bigint, OUT n_expires bigint, OUT n_tat bigint, OUT n_log bigint[]
 ) LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    c bigint; p bigint; w bigint; start_us bigint; end_us bigint;
-    entries bigint[]; step bigint; tat bigint;
+    c bigint; p bigint; w bigint; end_us bigint; entries bigint[]; step bigint; tat bigint;
 BEGIN
     n_count := 0; n_prev := 0; n_tat := NULL; n_log := NULL;
-    IF tz IS NOT NULL AND algo <> 0 THEN
+    IF tz IS NOT NULL AND algo <> pglimit_fixed_window() THEN
         RAISE EXCEPTION 'pglimit_decide: a calendar window (zone %) with algorithm code %', tz, algo;
     END IF;
-    IF algo = 0 THEN
+    IF algo = pglimit_fixed_window() THEN
         c := pglimit_fixed_count(s_count, s_expires, now_us);
         end_us := pglimit_fixed_end(s_expires, now_us, pglimit_window_end(now_us, win, tz));
-        allowed := c + cost <= lim;
+        allowed := pglimit_fits(c, cost, lim);
         IF admit THEN c := c + cost; END IF;
-        remaining := greatest(lim - c, 0);
+        remaining := pglimit_room(lim, c);
         full_us := end_us;
         retry_us := CASE WHEN allowed THEN NULL ELSE end_us END;
         n_count := c; n_expires := end_us;
-    ELSIF algo = 1 THEN
-        start_us := pglimit_sliding_start(now_us, win);
-        end_us := start_us + win;
-        c := pglimit_sliding_current(s_count, s_expires, end_us + win);
-        p := pglimit_sliding_previous(s_count, s_prev, s_expires, end_us + win, end_us);
+    ELSIF algo = pglimit_sliding_window() THEN
+        end_us := pglimit_sliding_row_end(now_us, win);
+        c := pglimit_sliding_current(s_count, s_expires, end_us);
+        p := pglimit_sliding_previous(s_count, s_prev, s_expires, end_us, end_us - win);
         w := pglimit_sliding_weight(p, win, now_us);
-        allowed := w + c + cost <= lim;
+        allowed := pglimit_fits(w + c, cost, lim);
         IF admit THEN c := c + cost; END IF;
-        remaining := greatest(lim - w - c, 0);
-        full_us := CASE WHEN c > 0 THEN end_us + win WHEN p > 0 THEN end_us ELSE now_us END;
+        remaining := pglimit_room(lim, w + c);
+        full_us := pglimit_sliding_full(c, p, now_us, win);
         IF NOT allowed THEN
-            retry_us := pglimit_sliding_retry(lim, win, start_us, c, p, cost);
+            retry_us := pglimit_sliding_retry(lim, win, pglimit_sliding_start(now_us, win), c, p, cost);
         END IF;
-        n_count := c; n_prev := p; n_expires := end_us + win;
-    ELSIF algo = 2 THEN
-        entries := ARRAY(SELECT x FROM unnest(coalesce(s_log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, win) ORDER BY x);
-        allowed := cardinality(entries) + cost <= lim;
+        n_count := c; n_prev := p; n_expires := end_us;
+    ELSIF algo = pglimit_sliding_log() THEN
+        entries := pglimit_log_live(s_log, now_us, win);
+        allowed := pglimit_fits(cardinality(entries), cost, lim);
         IF NOT allowed THEN
-            retry_us := coalesce(entries[cardinality(entries) + cost - lim] + win, now_us);
+            retry_us := pglimit_log_retry(entries, cost, lim, win, now_us);
         END IF;
-        IF admit THEN entries := entries || array_fill(now_us, ARRAY[cost::int]); END IF;
-        full_us := coalesce(entries[cardinality(entries)] + win, now_us);
-        remaining := greatest(lim - cardinality(entries), 0);
+        IF admit THEN entries := pglimit_log_take(entries, cost, now_us); END IF;
+        full_us := pglimit_log_full(entries, win, now_us);
+        remaining := pglimit_room(lim, cardinality(entries));
         n_log := entries; n_expires := full_us;
-    ELSIF algo = 3 THEN
+    ELSIF algo = pglimit_token_bucket() THEN
         step := pglimit_token_step(win, lim);
         tat := pglimit_token_tat(s_tat, now_us);
         allowed := pglimit_token_fits(tat, cost * step, step * lim, now_us);
-        retry_us := CASE WHEN allowed THEN NULL ELSE tat + cost * step - step * lim END;
+        retry_us := CASE WHEN allowed THEN NULL ELSE pglimit_token_retry(tat, cost, step, lim) END;
         IF admit THEN tat := tat + cost * step; END IF;
-        remaining := greatest((now_us + step * lim - tat) / step, 0);
+        remaining := pglimit_token_remaining(tat, step, lim, now_us);
         full_us := tat;
         n_tat := tat; n_expires := tat;
-    ELSIF algo = 4 THEN
-        entries := ARRAY(SELECT x FROM unnest(coalesce(s_log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x);
-        allowed := cardinality(entries) + cost <= lim;
+    ELSIF algo = pglimit_concurrency() THEN
+        entries := pglimit_leases_held(s_log, now_us);
+        allowed := pglimit_fits(cardinality(entries), cost, lim);
         IF NOT allowed THEN
-            retry_us := coalesce(entries[cardinality(entries) + cost - lim], now_us);
+            retry_us := pglimit_log_retry(entries, cost, lim, 0, now_us);
         END IF;
-        IF admit THEN
-            entries := ARRAY(SELECT x FROM unnest(entries || array_fill(now_us + win, ARRAY[cost::int])) AS x ORDER BY x);
-        END IF;
-        full_us := coalesce(entries[cardinality(entries)], now_us);
-        remaining := greatest(lim - cardinality(entries), 0);
+        IF admit THEN entries := pglimit_lease_take(entries, cost, now_us + win); END IF;
+        full_us := pglimit_log_full(entries, 0, now_us);
+        remaining := pglimit_room(lim, cardinality(entries));
         n_log := entries; n_expires := full_us;
     ELSE
         RAISE EXCEPTION 'pglimit_decide: unknown algorithm code %', algo;

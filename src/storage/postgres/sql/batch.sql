@@ -49,14 +49,14 @@ BEGIN
         FOR i IN first_b..b LOOP
             j := pos[i];
             v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
-                                CASE WHEN p_algos[i] IN (2, 4) THEN pglimit_log_of(k_log[j]) END,
+                                CASE WHEN p_algos[i] IN (pglimit_sliding_log(), pglimit_concurrency()) THEN pglimit_log_of(k_log[j]) END,
                                 p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, true, p_zones[i]);
             a_blocked[i] := k_block[j] IS NOT NULL;
             admit := admit AND v.allowed AND NOT a_blocked[i];
             a_allowed[i] := v.allowed AND NOT a_blocked[i];
             a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
             t_count[i] := v.n_count; t_prev[i] := v.n_prev; t_exp[i] := v.n_expires; t_tat[i] := v.n_tat;
-            t_log[i] := CASE WHEN p_algos[i] IN (2, 4) THEN to_jsonb(v.n_log) END;
+            t_log[i] := CASE WHEN p_algos[i] IN (pglimit_sliding_log(), pglimit_concurrency()) THEN to_jsonb(v.n_log) END;
         END LOOP;
         FOR i IN first_b..b LOOP
             j := pos[i];
@@ -67,7 +67,7 @@ BEGIN
             END IF;
             -- Not admitted: the figures of the state as it stands.
             v := pglimit_decide(p_algos[i], k_count[j], k_prev[j], k_exp[j], k_tat[j],
-                                CASE WHEN p_algos[i] IN (2, 4) THEN pglimit_log_of(k_log[j]) END,
+                                CASE WHEN p_algos[i] IN (pglimit_sliding_log(), pglimit_concurrency()) THEN pglimit_log_of(k_log[j]) END,
                                 p_limits[i], p_windows_ms[i] * 1000, p_costs[i], now_us, false, p_zones[i]);
             a_rem[i] := v.remaining; a_full[i] := v.full_us; a_retry[i] := v.retry_us;
             -- This bucket denied by its own count: its lockout starts now.
@@ -160,8 +160,8 @@ BEGIN
         policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
     WHERE k.until < EXCLUDED.until;
 
-    -- Only a batch with a concurrency bucket (algorithm 4) has leases to write.
-    IF 4 = ANY (p_algos) THEN
+    -- Only a batch with a concurrency bucket has leases to write.
+    IF pglimit_concurrency() = ANY (p_algos) THEN
         PERFORM pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, d.a_allowed, v_now,
                                     p_lease_lives);
     END IF;

@@ -1,6 +1,6 @@
 -- A set-based batch function for the common case of pglimit_check_batch:
 -- no key appears twice in the batch (random identities, policies with
--- several buckets, any of the four algorithms, lockouts). Same arguments,
+-- several buckets, any of the five algorithms, lockouts). Same arguments,
 -- same rows, same decisions; it replaces the per-bucket PL/pgSQL loop
 -- (measured at 0.5-1.7 ms a call in bench/run) by two statements.
 --
@@ -62,84 +62,78 @@ BEGIN
              WITH ORDINALITY AS r(chk, key, lim, win, algo, cost, bf, name, tz, pos)
         JOIN pglimit_buckets b ON b.key = r.key
     ), st AS MATERIALIZED (
-        -- Each algorithm's state as it stands now (algorithms.sql); a
-        -- sliding window's current window ends at sw_start + win, and its
-        -- row's expires_at one window later.
+        -- Each algorithm's state as it stands now (algorithms.sql).
         SELECT c.*,
                pglimit_fixed_count(c.count, c.exp_us, now_us) AS f_c,
                pglimit_fixed_end(c.exp_us, now_us, pglimit_window_end(now_us, c.win, c.tz)) AS f_end,
-               pglimit_sliding_start(now_us, c.win) AS sw_start,
-               pglimit_sliding_current(c.count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win) AS sw_c,
-               pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_start(now_us, c.win) + 2 * c.win,
-                                        pglimit_sliding_start(now_us, c.win) + c.win) AS sw_p,
-               CASE WHEN c.algo = 2 THEN ARRAY(
-                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, c.win) ORDER BY x)
-                    WHEN c.algo = 4 THEN ARRAY(
-                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x) END AS lg,
+               pglimit_sliding_current(c.count, c.exp_us, pglimit_sliding_row_end(now_us, c.win)) AS sw_c,
+               pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_row_end(now_us, c.win),
+                                        pglimit_sliding_row_end(now_us, c.win) - c.win) AS sw_p,
+               CASE c.algo WHEN pglimit_sliding_log() THEN pglimit_log_live(c.log, now_us, c.win)
+                           WHEN pglimit_concurrency() THEN pglimit_leases_held(c.log, now_us) END AS lg,
                pglimit_token_tat(c.tat_us, now_us) AS tb_tat,
                pglimit_token_step(c.win, c.lim) AS tb_step
         FROM cur c
-    ), cur2 AS (
-        SELECT s.*, CASE WHEN s.algo = 1 THEN pglimit_sliding_weight(s.sw_p, s.win, now_us) END AS sw_w
+    ), used AS (
+        -- What each bucket holds now, in its algorithm's unit (a token
+        -- bucket's is its tat).
+        SELECT s.*, CASE s.algo WHEN pglimit_fixed_window() THEN s.f_c
+                                WHEN pglimit_sliding_window() THEN pglimit_sliding_weight(s.sw_p, s.win, now_us) + s.sw_c
+                                WHEN pglimit_token_bucket() THEN NULL
+                                ELSE cardinality(s.lg) END AS held
         FROM st s
-    ), cur3 AS (
-        SELECT c.*,
-               CASE c.algo WHEN 0 THEN c.f_c + c.cost <= c.lim
-                           WHEN 1 THEN c.sw_w + c.sw_c + c.cost <= c.lim
-                           WHEN 2 THEN cardinality(c.lg) + c.cost <= c.lim
-                           WHEN 4 THEN cardinality(c.lg) + c.cost <= c.lim
-                           WHEN 3 THEN pglimit_token_fits(c.tb_tat, c.cost * c.tb_step, c.tb_step * c.lim, now_us)
-               END AS fit
-        FROM cur2 c
     ), dec AS (
-        SELECT c.*,
-               c.cost > 0 AND bool_and(c.fit AND c.until_us IS NULL) OVER (PARTITION BY c.chk) AS admit,
+        SELECT c.*, fit.fit,
+               c.cost > 0 AND bool_and(fit.fit AND c.until_us IS NULL) OVER (PARTITION BY c.chk) AS admit,
                -- Denied by its own count: its lockout starts now.
-               NOT c.fit AND c.until_us IS NULL AND coalesce(c.bf, 0) > 0 AS locks
-        FROM cur3 c
+               NOT fit.fit AND c.until_us IS NULL AND coalesce(c.bf, 0) > 0 AS locks
+        FROM used c CROSS JOIN LATERAL (SELECT CASE c.algo
+            WHEN pglimit_token_bucket() THEN pglimit_token_fits(c.tb_tat, c.cost * c.tb_step, c.tb_step * c.lim, now_us)
+            ELSE pglimit_fits(c.held, c.cost, c.lim) END AS fit) AS fit
     ), fig AS (
         -- The figures and the next state: admitted, or as it stands.
         SELECT d.*, n.*,
                coalesce(d.until_us, CASE WHEN d.locks THEN now_us + d.bf * 1000 END) AS block_us
         FROM dec d CROSS JOIN LATERAL (SELECT
             CASE WHEN d.admit THEN d.cost ELSE 0 END AS used,
-            CASE WHEN d.admit AND d.algo = 2
-                 THEN d.lg || array_fill(now_us, ARRAY[d.cost::integer])
-                 WHEN d.admit AND d.algo = 4
-                 THEN ARRAY(SELECT x FROM unnest(d.lg || array_fill(now_us + d.win, ARRAY[d.cost::integer])) AS x ORDER BY x)
-                 ELSE d.lg END AS n_lg
+            CASE WHEN NOT d.admit THEN d.lg
+                 WHEN d.algo = pglimit_sliding_log() THEN pglimit_log_take(d.lg, d.cost, now_us)
+                 WHEN d.algo = pglimit_concurrency() THEN pglimit_lease_take(d.lg, d.cost, now_us + d.win)
+            END AS n_lg
         ) AS u CROSS JOIN LATERAL (SELECT
             CASE d.algo
-                WHEN 0 THEN greatest(d.lim - d.f_c - u.used, 0)
-                WHEN 1 THEN greatest(d.lim - d.sw_w - d.sw_c - u.used, 0)
-                WHEN 2 THEN greatest(d.lim - cardinality(u.n_lg), 0)
-                WHEN 4 THEN greatest(d.lim - cardinality(u.n_lg), 0)
-                WHEN 3 THEN greatest((now_us + d.tb_step * d.lim - d.tb_tat - u.used * d.tb_step) / d.tb_step, 0)
+                WHEN pglimit_token_bucket()
+                THEN pglimit_token_remaining(d.tb_tat + u.used * d.tb_step, d.tb_step, d.lim, now_us)
+                WHEN pglimit_sliding_log() THEN pglimit_room(d.lim, cardinality(u.n_lg))
+                WHEN pglimit_concurrency() THEN pglimit_room(d.lim, cardinality(u.n_lg))
+                ELSE pglimit_room(d.lim, d.held + u.used)
             END AS rem,
             CASE d.algo
-                WHEN 0 THEN d.f_end
-                WHEN 1 THEN CASE WHEN d.sw_c + u.used > 0 THEN d.sw_start + 2 * d.win
-                                 WHEN d.sw_p > 0 THEN d.sw_start + d.win ELSE now_us END
-                WHEN 2 THEN coalesce(u.n_lg[cardinality(u.n_lg)] + d.win, now_us)
-                WHEN 4 THEN coalesce(u.n_lg[cardinality(u.n_lg)], now_us)
-                WHEN 3 THEN d.tb_tat + u.used * d.tb_step
+                WHEN pglimit_fixed_window() THEN d.f_end
+                WHEN pglimit_sliding_window() THEN pglimit_sliding_full(d.sw_c + u.used, d.sw_p, now_us, d.win)
+                WHEN pglimit_sliding_log() THEN pglimit_log_full(u.n_lg, d.win, now_us)
+                WHEN pglimit_concurrency() THEN pglimit_log_full(u.n_lg, 0, now_us)
+                WHEN pglimit_token_bucket() THEN d.tb_tat + u.used * d.tb_step
             END AS full_us,
             CASE WHEN d.fit THEN NULL ELSE CASE d.algo
-                WHEN 0 THEN d.f_end
-                WHEN 1 THEN pglimit_sliding_retry(d.lim, d.win, d.sw_start, d.sw_c, d.sw_p, d.cost)
-                WHEN 2 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim] + d.win, now_us)
-                WHEN 4 THEN coalesce(d.lg[cardinality(d.lg) + d.cost - d.lim], now_us)
-                WHEN 3 THEN d.tb_tat + d.cost * d.tb_step - d.tb_step * d.lim
+                WHEN pglimit_fixed_window() THEN d.f_end
+                WHEN pglimit_sliding_window()
+                THEN pglimit_sliding_retry(d.lim, d.win, pglimit_sliding_start(now_us, d.win), d.sw_c, d.sw_p, d.cost)
+                WHEN pglimit_sliding_log() THEN pglimit_log_retry(d.lg, d.cost, d.lim, d.win, now_us)
+                WHEN pglimit_concurrency() THEN pglimit_log_retry(d.lg, d.cost, d.lim, 0, now_us)
+                WHEN pglimit_token_bucket() THEN pglimit_token_retry(d.tb_tat, d.cost, d.tb_step, d.lim)
             END END AS retry_us,
             u.n_lg
         ) AS n
     ), up AS (
         UPDATE pglimit_buckets t SET
-            count      = CASE f.algo WHEN 0 THEN f.f_c + f.cost WHEN 1 THEN f.sw_c + f.cost ELSE 0 END,
-            prev_count = CASE WHEN f.algo = 1 THEN f.sw_p ELSE 0 END,
-            expires_at = pglimit_ts(CASE f.algo WHEN 1 THEN f.sw_start + 2 * f.win ELSE f.full_us END),
-            tat_us     = CASE WHEN f.algo = 3 THEN f.full_us END,
-            log        = CASE WHEN f.algo IN (2, 4) THEN f.n_lg END
+            count      = CASE f.algo WHEN pglimit_fixed_window() THEN f.f_c + f.cost
+                                     WHEN pglimit_sliding_window() THEN f.sw_c + f.cost ELSE 0 END,
+            prev_count = CASE WHEN f.algo = pglimit_sliding_window() THEN f.sw_p ELSE 0 END,
+            expires_at = pglimit_ts(CASE WHEN f.algo = pglimit_sliding_window() THEN pglimit_sliding_row_end(now_us, f.win)
+                                         ELSE f.full_us END),
+            tat_us     = CASE WHEN f.algo = pglimit_token_bucket() THEN f.full_us END,
+            log        = CASE WHEN f.algo IN (pglimit_sliding_log(), pglimit_concurrency()) THEN f.n_lg END
         FROM fig f WHERE f.admit AND t.key = f.key
     ), lk AS (
         -- Lockouts, in key order like every other lock here. An operator's
@@ -155,7 +149,7 @@ BEGIN
         INSERT INTO pglimit_leases (id, key, slots, lease_us, expires_at, ends_by)
         SELECT p_leases[f.pos], f.key, f.cost, f.win, pglimit_ts(now_us + f.win),
                pglimit_lease_ends_by(now_us, p_lease_lives[f.pos])
-        FROM fig f WHERE f.admit AND f.algo = 4 AND octet_length(p_leases[f.pos]) = 32
+        FROM fig f WHERE f.admit AND f.algo = pglimit_concurrency() AND octet_length(p_leases[f.pos]) = 32
         ORDER BY 1, 2
         ON CONFLICT DO NOTHING
     )
