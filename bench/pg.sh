@@ -3,12 +3,16 @@
 # throwaway PostgreSQL cluster they measure pglimit on, and where the CPU of
 # a measurement went (from /proc), so that they all measure alike.
 #
-#   as_pg CMD...            CMD as the account that runs the server
-#   bench_pg_start DIR      initdb into DIR/data, loopback on a free port,
+#   bench_pg_start DIR [SETTING...]
+#                           pg_start (scripts/postgres.sh) into DIR/data,
 #                           durable as shipped (fsync, synchronous_commit on),
-#                           started; sets PGDATA, PGPORT and PG_STARTED=1, and
-#                           exports PGHOST, PGPORT and PGUSER for psql
-#   bench_pg_stop           stops it (immediate) if it was started: for traps
+#                           with pg_stat_statements and the SETTINGs; DIR is
+#                           handed to the server's account (PgBouncer writes
+#                           its logs there); sets PGDATA, and exports PGHOST,
+#                           PGPORT and PGUSER for psql. Stopped at exit by
+#                           stop_started.
+#   bench_pg_stop           stops it (immediate), e.g. before measuring another
+#                           store without it
 #   proc_ticks VAR PID [children]
 #                           CPU ticks of PID into VAR (see below)
 #   cpu_sample PID [STORE]  "<service> <store> <busy> <idle>" ticks so far
@@ -17,49 +21,26 @@
 #   bench_blocks DB N       N active admin blocks in pglimit's database DB,
 #                           on keys no check uses, analysed: every batch's
 #                           blocks probe then reads a populated index
+# (as_pg, which runs PgBouncer too, is scripts/postgres.sh's.)
 
-# PostgreSQL refuses to run as root: server commands run as `postgres` then.
-if [ "$(id -u)" -eq 0 ]; then
-    id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' account to run the server"
-    as_pg() { runuser -u postgres -- "$@"; }
-else
-    as_pg() { "$@"; }
-fi
-
-PG_STARTED=0
+# shellcheck disable=SC2153 # PG_PORT: set by pg_start (scripts/postgres.sh)
 bench_pg_start() {
     local dir=$1
+    shift
+    mkdir -p "$dir"
+    if [ "${#AS_PG[@]}" -gt 0 ]; then chown postgres: "$dir"; fi
     PGDATA=$dir/data
-    free_port PGPORT
-    mkdir -p "$PGDATA" "$dir/socket"
-    if [ "$(id -u)" -eq 0 ]; then chown -R postgres: "$dir"; fi
-    log "initdb and start PostgreSQL on 127.0.0.1:$PGPORT"
-    as_pg initdb -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
-        { cat "$dir/initdb.log" >&2; die "initdb failed"; }
-    cat >>"$PGDATA/postgresql.conf" <<EOF
-
-# A throwaway cluster, loopback only. Durability as shipped (fsync on,
-# synchronous_commit on, logged tables).
-listen_addresses = '127.0.0.1'
-port = $PGPORT
-unix_socket_directories = '$dir/socket'
-max_connections = 200
-shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.track = top
-fsync = on
-synchronous_commit = on
-EOF
-    as_pg pg_ctl -D "$PGDATA" -l "$dir/postgres.log" -w -t 60 start >/dev/null ||
-        { cat "$dir/postgres.log" >&2; die "PostgreSQL did not start"; }
-    PG_STARTED=1
+    # Durability as shipped (fsync on, synchronous_commit on, logged tables).
+    pg_start --log "$dir/postgres.log" "$PGDATA" "max_connections = 200" \
+        "shared_preload_libraries = 'pg_stat_statements'" "pg_stat_statements.track = top" \
+        "fsync = on" "synchronous_commit = on" "$@"
+    PGPORT=$PG_PORT # set by pg_start
+    log "PostgreSQL started on 127.0.0.1:$PGPORT"
     export PGHOST=127.0.0.1 PGPORT PGUSER=postgres
 }
 
 bench_pg_stop() {
-    if [ "$PG_STARTED" = 1 ]; then
-        as_pg pg_ctl -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
-        PG_STARTED=0
-    fi
+    [ -z "${PGDATA:-}" ] || pg_stop "$PGDATA" immediate
 }
 
 # CPU ticks of process PID into the variable VAR: utime + stime, and with

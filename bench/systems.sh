@@ -166,12 +166,9 @@ start_pgbouncer() {
         "listen_addr = 127.0.0.1" "listen_port = $bouncer_port" "unix_socket_dir =" "auth_type = any" \
         "pool_mode = $pool_mode" "default_pool_size = 20" "max_client_conn = 200" \
         "ignore_startup_parameters = extra_float_digits" "logfile = $PGDIR/pgbouncer-$pool_mode.log" >"$ini"
-    # PgBouncer refuses to run as root, as PostgreSQL does (runuser passes on the TERM of `stop`).
-    if [ "$(id -u)" -eq 0 ]; then
-        start "$WORK/pgbouncer-$pool_mode.out" runuser -u postgres -- "$PGBOUNCER" "$ini"
-    else
-        start "$WORK/pgbouncer-$pool_mode.out" "$PGBOUNCER" "$ini"
-    fi
+    # PgBouncer refuses to run as root, as PostgreSQL does: AS_PG (scripts/postgres.sh) is
+    # `runuser -u postgres --` then, which passes on the TERM of `stop`.
+    start "$WORK/pgbouncer-$pool_mode.out" "${AS_PG[@]}" "$PGBOUNCER" "$ini"
     wait_tcp "$bouncer_port" "$STARTED" "$PGDIR/pgbouncer-$pool_mode.log"
 }
 

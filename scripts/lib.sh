@@ -24,11 +24,16 @@
 #   free_port VAR                 a free loopback TCP port, into the variable VAR
 #   start LOGFILE CMD...          CMD in the background, pid in $STARTED (and in PIDS)
 #   stop PID [SECONDS]            TERM, then KILL after SECONDS (default 5); waits for it
-#   stop_started [SECONDS]        stop every process that start started
+#   stop_started [SECONDS]        stop every process that start started, then every
+#                                 PostgreSQL cluster pg_start started (pg_stop_started)
 #   wait_http URL [PID [LOGFILE]] waits until URL answers with any HTTP status
 #   wait_tcp PORT [PID [LOGFILE]] waits until something accepts connections on loopback PORT
 #   need_podman                   podman, buildah, podman-compose, mmdebstrap; exports CONTAINERS_CONF
 #   (need_envoy, need_traefik, need_caddy and the last four: scripts/tools.sh, sourced here)
+#   as_pg CMD...                  CMD as the account that runs PostgreSQL (`postgres` when root)
+#   pg_start [OPTION...] DATADIR [SETTING...]
+#                                 a throwaway PostgreSQL on loopback at a free port (PG_PORT)
+#   (pg_init, pg_run, pg_stop, pg_stop_started and the options: scripts/postgres.sh, sourced here)
 
 : "${LIB_NAME:=$(basename "$0")}"
 
@@ -237,6 +242,8 @@ stop_started() {
     for pid in "${PIDS[@]}"; do
         stop "$pid" "${1:-5}"
     done
+    # After the processes, which may be using them.
+    pg_stop_started || true
 }
 
 # Waits up to 60 s until URL answers (any HTTP status). With PID, fails as soon
@@ -269,3 +276,6 @@ lib_wait_for() {
 # The installers of the other tools (need_envoy ... need_podman).
 # shellcheck source=scripts/tools.sh disable=SC1091 # beside this file
 . "$(dirname "${BASH_SOURCE[0]}")/tools.sh"
+# Throwaway PostgreSQL clusters (as_pg, pg_start ... pg_stop_started).
+# shellcheck source=scripts/postgres.sh disable=SC1091 # beside this file
+. "$(dirname "${BASH_SOURCE[0]}")/postgres.sh"
