@@ -1,29 +1,83 @@
-"""What the sync and async clients share: everything but the I/O.
+"""Every request the clients send and every reading of an answer, without I/O.
 
-Request bodies are built and answers interpreted here, once, so that the two
-clients cannot drift apart: each only sends the request and hands the
-outcome (a response or an httpx exception) to :func:`outcome`.
+It exists so that Pglimit and AsyncPglimit share one copy of the protocol
+and differ only in how they wait: a :class:`Call` holds the request to send
+(method, URL, headers, JSON body, timeout) and the rule that turns what came
+back (:meth:`Call.answered` or :meth:`Call.failed`) into a result or one of
+the client's exceptions. Nothing here imports an HTTP library.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
-from typing import Any, Dict, Literal, Mapping, NoReturn, Optional, Sequence, Union
+from typing import (
+    Any, Callable, Dict, Generic, Literal, Mapping, NamedTuple, NoReturn, Optional, TypeVar, Union,
+)
 
-import httpx
-
+from ._body import Window as Window
+from ._body import build_body as build_body
+from ._body import format_window as format_window
+from ._body import window_seconds
 from .errors import PglimitProblem, PglimitUnavailable
-from .result import Algorithm, CheckResult, Lease, Reason, fallback_result, parse_decision, parse_lease
+from .result import CheckResult, Lease, Reason, fallback_result, parse_decision, parse_lease
 
 OnError = Literal["allow", "deny", "raise"]
-Window = Union[str, timedelta]
 
 USER_AGENT = "pglimit-python/0.1.0"
+UNKNOWN_LEASE = "urn:pglimit:problem:unknown-lease"
+
+T = TypeVar("T")
 
 
-class Settings:
-    """Validated constructor arguments, shared by both clients."""
+class Request(NamedTuple):
+    """What to send; the shell passes ``body`` to its HTTP library as JSON."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: Dict[str, Any]
+    timeout: float  # seconds, for each phase: connect, write, read, pool wait
+
+
+class Answer(NamedTuple):
+    """What pglimit (or whatever stood in its place) answered."""
+
+    status: int
+    reason: str
+    headers: Dict[str, str]  # names lowercased
+    body: bytes
+
+
+class Failure(NamedTuple):
+    """No answer: the HTTP library's exception, and whether it was a timeout."""
+
+    cause: Exception
+    timed_out: bool
+
+
+Outcome = Union[Answer, Failure]
+
+
+class Call(Generic[T]):
+    """One request, and how to read its outcome; the shell does the I/O between."""
+
+    __slots__ = ("request", "_read")
+
+    def __init__(self, request: Request, read: Callable[[Outcome], T]) -> None:
+        self.request = request
+        self._read = read
+
+    def answered(self, status: int, reason: str, headers: Mapping[str, str], body: bytes) -> T:
+        """Read an answer; ``headers`` may use any case."""
+        return self._read(Answer(status, reason, {k.lower(): v for k, v in headers.items()}, body))
+
+    def failed(self, cause: Exception, timed_out: bool) -> T:
+        """Read the absence of an answer (``cause`` becomes ``__cause__``)."""
+        return self._read(Failure(cause, timed_out))
+
+
+class Core:
+    """Validated constructor arguments, and the call each client method makes."""
 
     __slots__ = ("check_url", "reset_url", "release_url", "renew_url", "timeout", "on_error", "headers")
 
@@ -41,130 +95,83 @@ class Settings:
         self.renew_url = base + "/renew"
         # One number bounds every phase (connect, write, read, pool wait):
         # pglimit answers in a single read, so in practice it bounds the call.
-        self.timeout = httpx.Timeout(timeout)
+        self.timeout = float(timeout)
         self.on_error: OnError = on_error  # type: ignore[assignment]  # checked above
         self.headers = {"user-agent": USER_AGENT, "accept": "application/json"}
         if token is not None:
             self.headers["authorization"] = f"Bearer {token}"
 
-    def timeout_for(self, max_wait: Optional[Window]) -> httpx.Timeout:
-        """The call's timeout: ``max_wait`` longer for a check pglimit may hold."""
-        if max_wait is None:
-            return self.timeout
-        base = self.timeout.read if self.timeout.read is not None else 0.0
-        return httpx.Timeout(base + window_seconds(max_wait))
+    def _request(self, url: str, body: Dict[str, Any], request_id: Optional[str], timeout: float) -> Request:
+        headers = self.headers if request_id is None else {**self.headers, "x-request-id": request_id}
+        return Request("POST", url, headers, body, timeout)
 
-    def request_headers(self, request_id: Optional[str]) -> Dict[str, str]:
-        if request_id is None:
-            return self.headers
-        return {**self.headers, "x-request-id": request_id}
+    def check(
+        self, body: Dict[str, Any], request_id: Optional[str], max_wait: Optional[Window] = None
+    ) -> Call[CheckResult]:
+        """A /check; one pglimit may hold for ``max_wait`` gets that much longer a timeout."""
+        timeout = self.timeout if max_wait is None else self.timeout + window_seconds(max_wait)
+        return Call(self._request(self.check_url, body, request_id, timeout), self._decision)
 
+    def reset(self, body: Dict[str, Any], request_id: Optional[str]) -> Call[CheckResult]:
+        return Call(self._request(self.reset_url, body, request_id, self.timeout), self._decision)
 
-def format_window(window: Window) -> str:
-    """A window as pglimit spells it; a timedelta becomes whole ms or s."""
-    if isinstance(window, str):
-        return window
-    ms = round(window.total_seconds() * 1000)
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+    def release(self, lease_id: str, request_id: Optional[str]) -> Call[bool]:
+        request = self._request(self.release_url, {"lease": lease_id}, request_id, self.timeout)
+        return Call(request, released)
 
+    def renew(self, lease_id: str, request_id: Optional[str]) -> Call[Lease]:
+        request = self._request(self.renew_url, {"lease": lease_id}, request_id, self.timeout)
+        return Call(request, renewed)
 
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    def release_on_exit(self, result: CheckResult) -> Optional[Call[bool]]:
+        """The release ``with_lease`` makes on leaving its block, if the check took a lease.
 
+        pglimit unreachable reads as False: the lease then ends by itself,
+        and an error here would hide the block's own outcome.
+        """
+        if result.lease is None:
+            return None
+        request = self._request(self.release_url, {"lease": result.lease.id}, None, self.timeout)
+        return Call(request, _quietly_released)
 
-def window_seconds(window: Window) -> float:
-    """Seconds in a window or ``max_wait`` (``"2s"``, ``"500ms"``, a timedelta).
-
-    Text pglimit would refuse counts as 0 here: the service answers it with
-    a 400 naming the field at once, so it needs no longer a timeout.
-    """
-    if not isinstance(window, str):
-        return max(window.total_seconds(), 0.0)
-    digits = window.rstrip("mshd")
-    unit = window[len(digits):]
-    if not digits.isdigit() or unit not in _UNIT_SECONDS:
-        return 0.0
-    return int(digits) * _UNIT_SECONDS[unit]
+    def _decision(self, outcome: Outcome) -> CheckResult:
+        return decision(self.on_error, outcome)
 
 
-def build_body(
-    *,
-    policy: Optional[str],
-    identifiers: Optional[Mapping[str, str]],
-    key: Optional[str],
-    limit: Optional[int],
-    window: Optional[Window],
-    algorithm: Optional[Algorithm],
-    cost: int,
-    buckets: Optional[Sequence[str]] = None,
-    lease: Optional[Window] = None,
-    max_wait: Optional[Window] = None,
-) -> Dict[str, Any]:
-    """The JSON body of /check or /reset, for exactly one of the two forms.
-
-    Mixing the forms is a programming error, so it raises TypeError here
-    rather than costing a round trip to learn the same from a 400.
-    """
-    if policy is not None:
-        if identifiers is None:
-            raise TypeError("policy needs identifiers")
-        if key is not None or limit is not None or window is not None or algorithm is not None:
-            raise TypeError("give either policy and identifiers, or key, limit and window")
-        if lease is not None:
-            raise TypeError('lease goes with algorithm="concurrency" on a key')
-        body: Dict[str, Any] = {
-            "policy": policy,
-            "identifiers": dict(identifiers),
-            "cost": cost,
-        }
-    elif key is not None and algorithm == "concurrency":
-        if limit is None or lease is None or window is not None:
-            raise TypeError('a concurrency key needs limit and lease (e.g. "30s"), not window')
-        if identifiers is not None:
-            raise TypeError("identifiers go with policy, not key")
-        lease_text = format_window(lease)
-        body = {"key": key, "limit": limit, "algorithm": algorithm, "lease": lease_text, "cost": cost}
-    elif key is not None:
-        if lease is not None:
-            raise TypeError('lease goes with algorithm="concurrency"')
-        if limit is None or window is None:
-            raise TypeError("key needs limit and window")
-        if identifiers is not None:
-            raise TypeError("identifiers go with policy, not key")
-        body = {"key": key, "limit": limit, "window": format_window(window), "cost": cost}
-        if algorithm is not None:
-            body["algorithm"] = algorithm
-    else:
-        raise TypeError("give either policy and identifiers, or key, limit and window")
-    if max_wait is not None:
-        body["max_wait"] = format_window(max_wait)
-    if buckets is not None:
-        if isinstance(buckets, str):
-            raise TypeError("buckets is a list of bucket names, not one string")
-        body["buckets"] = list(buckets)
-    return body
+def _text(answer: Answer) -> str:
+    """The body as text, decoded as httpx's ``Response.text`` is: charset, else UTF-8."""
+    charset = "utf-8"
+    for param in answer.headers.get("content-type", "").split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "charset" and value:
+            charset = value.strip("\"'")
+    try:
+        return answer.body.decode(charset, errors="replace")
+    except LookupError:
+        return answer.body.decode("utf-8", errors="replace")
 
 
-def _problem(response: httpx.Response, request_id: Optional[str]) -> PglimitProblem:
+def _problem(answer: Answer, request_id: Optional[str]) -> PglimitProblem:
     """The problem document of an error answer, or one made up from its status."""
     try:
-        doc = json.loads(response.content)
+        doc = json.loads(answer.body)
     except ValueError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("type"), str):
         field = doc.get("field")
         return PglimitProblem(
             type=doc["type"],
-            status=doc["status"] if isinstance(doc.get("status"), int) else response.status_code,
-            title=str(doc.get("title", response.reason_phrase)),
+            status=doc["status"] if isinstance(doc.get("status"), int) else answer.status,
+            title=str(doc.get("title", answer.reason)),
             detail=str(doc.get("detail", "")),
             field=field if isinstance(field, str) else None,
             request_id=request_id,
         )
     return PglimitProblem(
         type="about:blank",
-        status=response.status_code,
-        title=response.reason_phrase,
-        detail=response.text[:200],
+        status=answer.status,
+        title=answer.reason,
+        detail=_text(answer)[:200],
         request_id=request_id,
     )
 
@@ -194,57 +201,54 @@ def _raise(
     raise PglimitUnavailable(reason, message, problem) from cause
 
 
-def outcome(on_error: OnError, response: Union[httpx.Response, httpx.HTTPError]) -> CheckResult:
-    """Turn what the transport gave into a result, an exception, or ``on_error``.
+def _unanswered(failure: Failure) -> tuple[Reason, str]:
+    if failure.timed_out:
+        return "timeout", f"pglimit did not answer in time: {failure.cause!r}"
+    return "error", f"pglimit could not be reached: {failure.cause!r}"
+
+
+def decision(on_error: OnError, outcome: Outcome) -> CheckResult:
+    """Turn the outcome of a /check or /reset into a result, an exception, or ``on_error``.
 
     - 200/429 with a Decision body: the decision (a denial is not an error);
     - other 4xx: :class:`PglimitProblem`, always (retrying will not help);
     - a timeout, a connection error, a 5xx, or an answer that is not a
       Decision: ``on_error``.
     """
-    if isinstance(response, httpx.TimeoutException):
-        return fail(on_error, "timeout", f"pglimit did not answer in time: {response!r}", response)
-    if isinstance(response, httpx.HTTPError):
-        return fail(on_error, "error", f"pglimit could not be reached: {response!r}", response)
-    status = response.status_code
-    request_id = response.headers.get("x-request-id")
+    if isinstance(outcome, Failure):
+        return fail(on_error, *_unanswered(outcome), outcome.cause)
+    status = outcome.status
+    request_id = outcome.headers.get("x-request-id")
     if 400 <= status < 500 and status != 429:
-        raise _problem(response, request_id)
+        raise _problem(outcome, request_id)
     if status >= 500:
-        problem = _problem(response, request_id)
+        problem = _problem(outcome, request_id)
         return fail(on_error, "error", f"pglimit answered {problem}", None, problem)
     if status not in (200, 429):
         return fail(on_error, "error", f"pglimit answered an unexpected {status}", None)
     try:
-        return parse_decision(json.loads(response.content), request_id, dict(response.headers))
+        return parse_decision(json.loads(outcome.body), request_id, outcome.headers)
     except (ValueError, KeyError, TypeError) as exc:
         return fail(on_error, "error", f"pglimit's answer ({status}) is not a decision: {exc}", exc)
 
 
-UNKNOWN_LEASE = "urn:pglimit:problem:unknown-lease"
-
-
-def lease_answer(
-    response: Union[httpx.Response, httpx.HTTPError], *, strict: bool
-) -> Optional[Dict[str, Any]]:
+def lease_answer(outcome: Outcome, *, strict: bool) -> Optional[Dict[str, Any]]:
     """The body of a /release or /renew answer; None for an unknown lease
     unless ``strict``. There is no ``on_error`` here (nothing is admitted):
     pglimit unreachable raises :class:`PglimitUnavailable`, a 4xx
     :class:`PglimitProblem`."""
-    if isinstance(response, httpx.TimeoutException):
-        _raise("timeout", f"pglimit did not answer in time: {response!r}", response, None)
-    if isinstance(response, httpx.HTTPError):
-        _raise("error", f"pglimit could not be reached: {response!r}", response, None)
-    request_id = response.headers.get("x-request-id")
-    if response.status_code != 200:
-        problem = _problem(response, request_id)
+    if isinstance(outcome, Failure):
+        _raise(*_unanswered(outcome), outcome.cause, None)
+    request_id = outcome.headers.get("x-request-id")
+    if outcome.status != 200:
+        problem = _problem(outcome, request_id)
         if problem.type == UNKNOWN_LEASE and not strict:
             return None
-        if 400 <= response.status_code < 500:
+        if 400 <= outcome.status < 500:
             raise problem
         _raise("error", f"pglimit answered {problem}", None, problem)
     try:
-        body = json.loads(response.content)
+        body = json.loads(outcome.body)
     except ValueError as exc:
         _raise("error", f"pglimit's answer is not JSON: {exc}", exc, None)
     if not isinstance(body, dict):
@@ -252,15 +256,22 @@ def lease_answer(
     return body
 
 
-def released(response: Union[httpx.Response, httpx.HTTPError]) -> bool:
+def released(outcome: Outcome) -> bool:
     """Whether a release freed slots (false: released already, ended, or unknown)."""
-    body = lease_answer(response, strict=False)
+    body = lease_answer(outcome, strict=False)
     return body is not None and body.get("released") is True
 
 
-def renewed(response: Union[httpx.Response, httpx.HTTPError]) -> Lease:
+def _quietly_released(outcome: Outcome) -> bool:
+    try:
+        return released(outcome)
+    except PglimitUnavailable:
+        return False
+
+
+def renewed(outcome: Outcome) -> Lease:
     """The lease a renewal answers."""
-    body = lease_answer(response, strict=True)
+    body = lease_answer(outcome, strict=True)
     try:
         return parse_lease(body["lease"] if body is not None else None)
     except (ValueError, KeyError, TypeError) as exc:

@@ -8,271 +8,59 @@ connections belong to the loop that opened them.
 
 from __future__ import annotations
 
+import functools
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import AsyncIterator, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import Any, AsyncContextManager, AsyncIterator, Callable, Coroutine, Optional, Type, TypeVar
 
 import httpx
 
-from ._core import OnError, Settings, Window, build_body, outcome, released, renewed
-from .errors import PglimitUnavailable
-from .result import Algorithm, CheckResult, Lease
+from ._api import ClientMethods
+from ._core import Call
+from ._httpx import answered, failed
+from .result import CheckResult, Lease
 
 __all__ = ["AsyncPglimit"]
 
+T = TypeVar("T")
+_Co = Coroutine[Any, Any, T]
 
-class AsyncPglimit:
+
+class AsyncPglimit(
+    ClientMethods[
+        _Co[CheckResult], _Co[bool], _Co[Lease], AsyncContextManager[CheckResult], httpx.AsyncClient
+    ]
+):
     """A pglimit client (async). See :class:`pglimit.Pglimit` for blocking code.
 
-    :param url: the service, e.g. ``http://127.0.0.1:8080``.
-    :param token: sent as ``Authorization: Bearer <token>`` when given.
-    :param timeout: seconds; bounds each phase of a call (connect, send, read).
-    :param on_error: what a check answers when pglimit does not (timeout,
-        connection error, 5xx): ``"allow"`` (fail open), ``"deny"`` (fail
-        closed, ``retry_after=1``) or ``"raise"`` (:class:`PglimitUnavailable`).
-        A 4xx problem document always raises :class:`PglimitProblem`.
-    :param http_client: an ``httpx.AsyncClient`` of your own (proxies, TLS,
-        transports); it is not closed by :meth:`close`.
+    Its arguments are described at :meth:`__init__`; ``http_client`` is an
+    ``httpx.AsyncClient`` of your own.
     """
 
-    def __init__(
-        self,
-        url: str,
-        token: Optional[str] = None,
-        timeout: float = 1.0,
-        on_error: OnError = "allow",
-        *,
-        http_client: Optional[httpx.AsyncClient] = None,
-    ) -> None:
-        self._settings = Settings(url, token, timeout, on_error)
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient()
+    def _new_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient()
 
-    @overload
-    async def check(
-        self,
-        *,
-        policy: str,
-        identifiers: Mapping[str, str],
-        cost: int = 1,
-        max_wait: Optional[Window] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    @overload
-    async def check(
-        self,
-        *,
-        key: str,
-        limit: int,
-        window: Window,
-        algorithm: Optional[Algorithm] = None,
-        cost: int = 1,
-        max_wait: Optional[Window] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    @overload
-    async def check(
-        self,
-        *,
-        key: str,
-        limit: int,
-        algorithm: Literal["concurrency"],
-        lease: Window,
-        cost: int = 1,
-        max_wait: Optional[Window] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    async def check(
-        self,
-        *,
-        policy: Optional[str] = None,
-        identifiers: Optional[Mapping[str, str]] = None,
-        key: Optional[str] = None,
-        limit: Optional[int] = None,
-        window: Optional[Window] = None,
-        algorithm: Optional[Algorithm] = None,
-        lease: Optional[Window] = None,
-        cost: int = 1,
-        max_wait: Optional[Window] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult:
-        """Check and, if allowed, consume ``cost`` units (all buckets or none).
-
-        With ``max_wait`` (``"2s"`` or a timedelta), a check that would be
-        denied is held by pglimit until it is admitted or ``max_wait`` has
-        passed; the call's timeout is extended by ``max_wait``.
-        """
-        body = build_body(
-            policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=cost, lease=lease, max_wait=max_wait,
-        )  # fmt: skip
-        return await self._post(self._settings.check_url, body, request_id, max_wait)
-
-    @overload
-    async def peek(
-        self, *, policy: str, identifiers: Mapping[str, str], request_id: Optional[str] = None
-    ) -> CheckResult: ...
-
-    @overload
-    async def peek(
-        self,
-        *,
-        key: str,
-        limit: int,
-        window: Window,
-        algorithm: Optional[Algorithm] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    @overload
-    async def peek(
-        self,
-        *,
-        key: str,
-        limit: int,
-        algorithm: Literal["concurrency"],
-        lease: Window,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    async def peek(
-        self,
-        *,
-        policy: Optional[str] = None,
-        identifiers: Optional[Mapping[str, str]] = None,
-        key: Optional[str] = None,
-        limit: Optional[int] = None,
-        window: Optional[Window] = None,
-        algorithm: Optional[Algorithm] = None,
-        lease: Optional[Window] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult:
-        """The state of the buckets, consuming nothing (a check of cost 0)."""
-        body = build_body(
-            policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=0, lease=lease,
-        )  # fmt: skip
-        return await self._post(self._settings.check_url, body, request_id)
-
-    @overload
-    async def reset(
-        self,
-        *,
-        policy: str,
-        identifiers: Mapping[str, str],
-        buckets: Optional[Sequence[str]] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    @overload
-    async def reset(
-        self,
-        *,
-        key: str,
-        limit: int,
-        window: Window,
-        algorithm: Optional[Algorithm] = None,
-        buckets: Optional[Sequence[str]] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult: ...
-
-    async def reset(
-        self,
-        *,
-        policy: Optional[str] = None,
-        identifiers: Optional[Mapping[str, str]] = None,
-        key: Optional[str] = None,
-        limit: Optional[int] = None,
-        window: Optional[Window] = None,
-        algorithm: Optional[Algorithm] = None,
-        buckets: Optional[Sequence[str]] = None,
-        request_id: Optional[str] = None,
-    ) -> CheckResult:
-        """Put the buckets (all, or those named) back to full, then peek.
-
-        Follows ``on_error`` like a check, so a login that succeeded is not
-        failed by pglimit being away; ``reason != "checked"`` then says the
-        reset did not happen.
-        """
-        body = build_body(
-            policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=window, algorithm=algorithm, cost=0, buckets=buckets,
-        )  # fmt: skip
-        return await self._post(self._settings.reset_url, body, request_id)
-
-    async def release(self, lease_id: str, *, request_id: Optional[str] = None) -> bool:
-        """Free a lease's slots: True if it held any; False if it was released
-        already, has ended, or no longer exists. Raises
-        :class:`PglimitUnavailable` if pglimit cannot be reached (the lease
-        then ends by itself)."""
-        return released(await self._lease_call(self._settings.release_url, lease_id, request_id))
-
-    async def renew(self, lease_id: str, *, request_id: Optional[str] = None) -> Lease:
-        """Extend a lease by its lease time from now. Raises
-        :class:`PglimitProblem` (404) if it has ended or was released."""
-        return renewed(await self._lease_call(self._settings.renew_url, lease_id, request_id))
+    async def _send(self, call: Call[T]) -> T:
+        # The I/O, and nothing else: the core built the request and reads
+        # whatever comes back, an httpx exception included.
+        r = call.request
+        try:
+            response = await self._http.request(
+                r.method, r.url, json=r.body, headers=r.headers, timeout=r.timeout
+            )
+        except httpx.HTTPError as exc:
+            return failed(call, exc)
+        return answered(call, response)
 
     @asynccontextmanager
-    async def with_lease(
-        self,
-        *,
-        policy: Optional[str] = None,
-        identifiers: Optional[Mapping[str, str]] = None,
-        key: Optional[str] = None,
-        limit: Optional[int] = None,
-        lease: Optional[Window] = None,
-        cost: int = 1,
-        request_id: Optional[str] = None,
-    ) -> AsyncIterator[CheckResult]:
-        """Check a concurrency limit (a policy's, or a key's with ``limit``
-        and ``lease``) and hand over the result; on leaving the block the
-        lease is released, whether the block returned or raised. Test
-        ``result.allowed`` inside. A release pglimit cannot take is left to
-        end by itself rather than hide the block's outcome."""
-        algorithm: Optional[Algorithm] = "concurrency" if key is not None else None
-        body = build_body(
-            policy=policy, identifiers=identifiers, key=key, limit=limit,
-            window=None, algorithm=algorithm, cost=cost, lease=lease,
-        )  # fmt: skip
-        result = await self._post(self._settings.check_url, body, request_id)
+    async def _held(self, start: Callable[[], Call[CheckResult]]) -> AsyncIterator[CheckResult]:
+        result = await self._send(start())
         try:
             yield result
         finally:
-            if result.lease is not None:
-                try:
-                    await self.release(result.lease.id)
-                except PglimitUnavailable:
-                    pass
-
-    async def _lease_call(
-        self, url: str, lease_id: str, request_id: Optional[str]
-    ) -> Union[httpx.Response, httpx.HTTPError]:
-        s = self._settings
-        try:
-            return await self._http.post(
-                url, json={"lease": lease_id}, headers=s.request_headers(request_id), timeout=s.timeout
-            )
-        except httpx.HTTPError as exc:
-            return exc
-
-    async def _post(
-        self, url: str, body: object, request_id: Optional[str], max_wait: Optional[Window] = None
-    ) -> CheckResult:
-        s = self._settings
-        response: Union[httpx.Response, httpx.HTTPError]
-        try:
-            response = await self._http.post(
-                url,
-                json=body,
-                headers=s.request_headers(request_id),
-                timeout=s.timeout_for(max_wait),
-            )
-        except httpx.HTTPError as exc:
-            response = exc
-        return outcome(s.on_error, response)
+            release = self._core.release_on_exit(result)
+            if release is not None:
+                await self._send(release)
 
     async def close(self) -> None:
         """Close the connection pool (unless it was given to the constructor)."""
@@ -289,3 +77,25 @@ class AsyncPglimit:
         tb: Optional[TracebackType],
     ) -> None:
         await self.close()
+
+
+def _coroutine_function(name: str) -> Callable[..., _Co[Any]]:
+    """The shared method ``name`` as an ``async def`` of AsyncPglimit.
+
+    The shared method already returns a coroutine; wrapping it keeps what an
+    ``async def`` gives: ``inspect.iscoroutinefunction`` (and so mocks made
+    with ``create_autospec``) says yes, and a bad argument raises at the
+    ``await``, not at the call.
+    """
+    method = getattr(ClientMethods, name)
+
+    @functools.wraps(method)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        return await method(*args, **kwargs)
+
+    run.__qualname__ = f"AsyncPglimit.{name}"
+    return run
+
+
+for _name in ("check", "peek", "reset", "release", "renew"):
+    setattr(AsyncPglimit, _name, _coroutine_function(_name))
