@@ -12,7 +12,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::forward_auth::{self, RawForwardAuth};
-use super::overrides_file::{validate_overrides, RawOverride};
+use super::overrides::{validate_overrides, RawOverride};
 use super::{
     format_window, is_valid_name, parse_block_for, parse_window, parse_window_in, BucketDef, FallbackShare,
     IdentifierKind, Mode, OnStoreError, Policy, DEFAULT_MAX_LEASE_LIFE,

@@ -19,9 +19,6 @@ mod forward_auth;
 mod forward_auth_tests;
 mod identifier;
 mod overrides;
-mod overrides_file;
-#[cfg(test)]
-mod overrides_tests;
 #[cfg(test)]
 mod tests;
 

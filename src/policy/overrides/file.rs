@@ -7,14 +7,15 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::file::Mistake;
-use super::{BucketDef, IdentifierKind, Override, OverrideAction, Pattern};
+use super::{Override, OverrideAction, Pattern};
+use crate::policy::file::Mistake;
+use crate::policy::{BucketDef, IdentifierKind};
 
 type SpannedTable<V> = Spanned<BTreeMap<Spanned<String>, Spanned<V>>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawOverride {
+pub(in crate::policy) struct RawOverride {
     when: SpannedTable<String>,
     #[serde(default)]
     limits: Option<SpannedTable<u64>>,
@@ -26,7 +27,7 @@ pub(super) struct RawOverride {
 
 /// Validates every entry, in file order, against the policy's identifiers
 /// and (already validated) buckets.
-pub(super) fn validate_overrides(
+pub(in crate::policy) fn validate_overrides(
     raw: Vec<Spanned<RawOverride>>,
     identifiers: &BTreeMap<String, IdentifierKind>,
     buckets: &[BucketDef],

@@ -1,45 +1,12 @@
-//! Overrides: a policy's `[[overrides]]` entries, which give matching
-//! identifier values another limit (`limits`), admit them uncounted
-//! (`unlimited`, an allow list) or always refuse them (`deny`, a deny list).
-//! Entries are tried in file order and the first whose `when` matches wins.
+//! Which override applies: a `when` pattern read and matched against an
+//! identifier's normalised value, and of a policy's entries the one that
+//! wins (a deny before any other, else the first in file order).
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
-use super::cidr::Cidr;
-use super::{BucketDef, IdentifierKind, Policy};
-
-/// One `[[policies.NAME.overrides]]` entry, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Override {
-    /// Position among the policy's overrides, 0-based, so an answer or a log
-    /// line can name the entry that matched (see [`Override::name`]).
-    pub index: usize,
-    /// Identifier name and the pattern its normalised value must match;
-    /// every one must match for the entry to apply. Sorted by name.
-    pub when: Vec<(String, Pattern)>,
-    pub action: OverrideAction,
-}
-
-/// What a matching override does to a check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OverrideAction {
-    /// Another limit for the named buckets; the others keep their own.
-    Limits(BTreeMap<Arc<str>, u64>),
-    /// Admitted and not counted: an allow list.
-    Unlimited,
-    /// Always refused: a deny list.
-    Deny,
-}
-
-impl OverrideAction {
-    /// A deny beats every other action wherever it was set (file or API,
-    /// older or newer): an allow or a limit must never lift a ban.
-    pub fn is_deny(&self) -> bool {
-        matches!(self, Self::Deny)
-    }
-}
+use super::Override;
+use crate::policy::{Cidr, IdentifierKind, Policy};
 
 /// A pattern on one identifier's normalised value (what
 /// [`IdentifierKind::normalise`] returns).
@@ -104,11 +71,6 @@ impl fmt::Display for Pattern {
 }
 
 impl Override {
-    /// `overrides[i]`, the entry's place in its policy, for answers and logs.
-    pub fn name(&self) -> String {
-        format!("overrides[{}]", self.index)
-    }
-
     /// Whether every identifier in `when` has a value here that matches.
     pub fn matches(&self, values: &BTreeMap<&str, String>) -> bool {
         self.when.iter().all(|(name, pattern)| values.get(name.as_str()).is_some_and(|v| pattern.matches(v)))
@@ -121,20 +83,5 @@ impl Policy {
     /// matches, or else the first that matches.
     pub fn override_for(&self, values: &BTreeMap<&str, String>) -> Option<&Override> {
         self.overrides.iter().filter(|o| o.matches(values)).min_by_key(|o| !o.action.is_deny())
-    }
-
-    /// The limit `bucket` enforces under `over` (the action of the override
-    /// that matched, the file's or the API's): the override's own for it
-    /// if it gives one, otherwise the bucket's. `Unlimited` and `Deny` leave
-    /// the number alone; the caller acts on them before counting. An API
-    /// override was checked against the bucket's algorithm when it was set;
-    /// if a reload has changed the algorithm since, its largest limit caps it.
-    pub fn limit_for(&self, bucket: &BucketDef, over: Option<&OverrideAction>) -> u64 {
-        match over {
-            Some(OverrideAction::Limits(limits)) => limits
-                .get(&bucket.name)
-                .map_or(bucket.limit, |&limit| limit.min(bucket.algorithm.max_limit())),
-            _ => bucket.limit,
-        }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::*;
+use crate::policy::*;
 
 /// Policy `p` on lines 1 to 14: identifiers email, ip and account (text),
 /// buckets `email_ip` (limit 5) and `ip` (limit 20). Overrides follow it.
