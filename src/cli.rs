@@ -1,4 +1,5 @@
-//! The command line: `serve` (the default), `check-policies` and `migrate`.
+//! The command line: `serve` (the default), `check-policies`, `migrate`
+//! and `healthcheck`.
 //!
 //! Every environment variable is also a flag of `serve`: drop `PGLIMIT_`,
 //! lower-case, dashes for underscores (`PGLIMIT_DB_TIMEOUT_MS` ↔

@@ -19,7 +19,7 @@
 //! [`telemetry`] sits below them all: limiter and storage record metrics
 //! through it, and it imports nothing of pglimit.
 //!
-//! - [`algorithm`]: the pure model: four algorithms, the limit rule, all or
+//! - [`algorithm`]: the pure model: five algorithms, the limit rule, all or
 //!   nothing across buckets. Knows nothing of configuration or HTTP.
 //! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
 //! - [`storage`]: the [`storage::Store`] trait; Postgres (on one node, or
@@ -35,7 +35,8 @@
 //!   slow-check log.
 //! - [`reload`]: the policy file reloaded on SIGHUP and on change, swapped
 //!   in whole.
-//! - [`error`]: the one error enum, rendered as RFC 9457 problem documents.
+//! - [`error`]: every failure a caller can see, as one `Error` rendered as an
+//!   RFC 9457 problem document; the limiter's errors are mapped into it.
 //! - [`config`], [`app`]: environment variables, and a service assembled from them.
 //! - [`cli`]: the command line (`serve`, `check-policies`, `migrate`, `healthcheck`); every
 //!   variable is also a flag, validated by [`config`].

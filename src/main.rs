@@ -8,7 +8,8 @@ use pglimit::Service;
 use tracing_subscriber::EnvFilter;
 
 /// glibc's malloc and free, and its arena locks between the runtime's
-/// threads, were about a tenth of a check's CPU.
+/// threads, showed in a check's CPU profile; the measurement is in
+/// `bench/results/2026-12-02-0226-2cpu-intel-xeon-notes.md`.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

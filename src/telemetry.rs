@@ -49,8 +49,8 @@ const RELOADS: &str = "pglimit_policy_reloads_total";
 const PROBLEMS: &str = "pglimit_problems_total";
 const BUILD_INFO: &str = "pglimit_build_info";
 
-/// From half a millisecond (a check on a warm connection) to the longest a
-/// check waits under the largest timeouts.
+/// From half a millisecond to the longest a check waits under the largest
+/// timeouts; what a check takes on each setup is in docs/performance.md.
 const SECONDS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// Powers of two up to the largest batch a lane sends.

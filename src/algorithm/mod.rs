@@ -1,5 +1,5 @@
-//! The four window algorithms, as pure functions of a stored state and a
-//! clock, in integer microseconds.
+//! The five algorithms, as pure functions of a stored state and a clock,
+//! in integer microseconds.
 //!
 //! This is the model: the memory store runs it directly. The arithmetic is
 //! written once more, in SQL, as functions every statement calls; a test

@@ -1,6 +1,7 @@
 //! What a store offers: deciding checks ([`Store`]), the operator's actions
 //! on buckets ([`Actions`]), leases ([`Leases`]), and what the primary
-//! store adds for the fallback ([`Primary`]).
+//! store adds for the fallback ([`Primary`]). The API's overrides have
+//! their own trait, `Overrides`, in `storage/overrides.rs`.
 
 use std::future::Future;
 use std::sync::Arc;

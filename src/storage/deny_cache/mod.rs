@@ -1,11 +1,16 @@
 //! Repeated denials answered from memory, without a database round trip.
 //!
 //! A denied check carries the earliest time a check of the same cost could
-//! pass (`retry_at`); under every algorithm nothing makes that time come
-//! sooner (other checks only consume, nothing refunds), so until then the
-//! same check is certain to be denied again (concurrency buckets, whose
-//! slots a release frees, are the exception: never remembered). This store remembers such
-//! denials, per exact check (every bucket's key, limit, window and algorithm,
+//! pass (`retry_at`). Other checks only consume, so until then the same
+//! check is denied again, but for two things that give room back early:
+//! a release frees a concurrency bucket's slots (so a check with a
+//! concurrency bucket is never remembered), and in Citus mode a check split
+//! across workers gives back what one part took when another part was
+//! denied (a refund, docs/scaling.md). A denial remembered while such a
+//! refund was pending may outlast the room it saw until its retry time;
+//! it never admits too much. Actions (resets, unblocks) are heard and
+//! forget what they made stale. This store remembers such denials, per
+//! exact check (every bucket's key, limit, window and algorithm,
 //! and the cost), and answers repeats itself: a flood on a key that is over
 //! its limit costs no statement at all.
 //!
