@@ -30,8 +30,8 @@ pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
 pub use overrides::{AddedOverride, LoadedOverrides, Overrides, StoredOverride, OVERRIDES_POLL_EVERY};
 pub use postgres::{
-    functions_schema, kept_connections, migrate, Citus, CitusChecks, PgStore, PgStoreOptions, Pooler, Reach,
-    ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
+    functions_schema, kept_connections, migrate, single_node_statement, Citus, CitusChecks, PgStore,
+    PgStoreOptions, Pooler, Reach, ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
 pub use traits::{Actions, Block, BlockTarget, Freed, Held, Leases, Primary, Renewal, Store, Unabsorbed};

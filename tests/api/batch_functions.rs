@@ -156,8 +156,9 @@ async fn both_batch_functions_answer_and_store_alike_on_random_batches() {
 
 /// The one-bucket upserts, as the lane sends them: `upsert.sql` when no
 /// key appears twice, `hot_upsert.sql` when some key does.
-const UPSERT: &str = include_str!("../../src/storage/postgres/upsert.sql");
-const HOT_UPSERT: &str = include_str!("../../src/storage/postgres/hot_upsert.sql");
+fn upsert(name: &str) -> &'static str {
+    pglimit::storage::single_node_statement(name).unwrap_or_else(|| panic!("{name} fills"))
+}
 
 /// Calls a one-bucket `upsert` for `checks` (each a cost and its bucket) at `now`.
 async fn call_upsert(
@@ -183,13 +184,13 @@ async fn call_upsert(
 /// `pglimit_check_batch` does check by check, on twin keys at the same clock.
 #[tokio::test]
 async fn the_hot_key_upsert_decides_repeated_keys_as_the_general_function_does() {
-    replay_one_bucket(HOT_UPSERT, true, 29).await;
+    replay_one_bucket(upsert("hot_upsert.sql"), true, 29).await;
 }
 
 /// The same for `upsert.sql`, each key once a batch.
 #[tokio::test]
 async fn the_one_bucket_upsert_decides_as_the_general_function_does() {
-    replay_one_bucket(UPSERT, false, 31).await;
+    replay_one_bucket(upsert("upsert.sql"), false, 31).await;
 }
 
 async fn replay_one_bucket(upsert: &str, repeats: bool, seed: u64) {

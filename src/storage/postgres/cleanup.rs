@@ -16,8 +16,9 @@ use crate::telemetry;
 /// A row past `expires_at` is equivalent to no row for every algorithm,
 /// so deleting it changes no answer. Rows locked by a check in progress are
 /// skipped, never waited for.
-pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pglimit_buckets WHERE key IN (
-    SELECT key FROM pglimit_buckets WHERE expires_at <= now()
+/// A template ([`super::template`]): a Citus shard deletes by `(route, key)`.
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM {{buckets}} WHERE ({{key}}) IN (
+    SELECT {{key}} FROM {{buckets}} WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 /// Leases past their end, likewise: an ended lease holds no slot (a
@@ -26,9 +27,9 @@ pub(super) const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (
     SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
-/// Blocks past their end, likewise: an ended block is no block.
-pub(super) const DELETE_ENDED_BLOCKS: &str = "DELETE FROM pglimit_blocks WHERE key IN (
-    SELECT key FROM pglimit_blocks WHERE until <= now()
+/// Blocks past their end, likewise: an ended block is no block. A template too.
+pub(super) const DELETE_ENDED_BLOCKS: &str = "DELETE FROM {{blocks}} WHERE ({{key}}) IN (
+    SELECT {{key}} FROM {{blocks}} WHERE until <= now()
     ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 pub(super) struct Cleanup {

@@ -21,13 +21,13 @@ WITH req AS (
     SELECT lim, win, cost, at, new_end, key, pglimit_fixed_takes(count(*), lim, cost) AS fit FROM req
     GROUP BY key, lim, win, cost, at, new_end
 ), blk AS (
-    SELECT k.key, k.until FROM pglimit_blocks k
-    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
+    SELECT k.key, k.until FROM {{blocks}} k
+    WHERE {{route k}}k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, tat_us)
-    SELECT key, fit * cost, new_end, lim, fit FROM grp
-    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = grp.key) ORDER BY key
-    ON CONFLICT (key) DO UPDATE SET
+    INSERT INTO {{buckets}} AS b ({{key}}, count, expires_at, prev_count, tat_us)
+    SELECT {{route_value}}key, fit * cost, new_end, lim, fit FROM grp
+    WHERE {{in_turn}}cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = grp.key) ORDER BY key
+    ON CONFLICT ({{key}}) DO UPDATE SET
         count      = pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now()))
                      + EXCLUDED.count / EXCLUDED.tat_us * pglimit_fixed_takes(EXCLUDED.tat_us,
                          EXCLUDED.prev_count - pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())),
@@ -60,6 +60,6 @@ LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
     SELECT s.count, pglimit_fixed_count(s.count, s.expires_at, r.at) AS counted,
            pglimit_fixed_end(s.expires_at, r.at, r.new_end) AS ends
-    FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
+    FROM {{buckets}} s WHERE u.key IS NULL AND {{route s}}s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos

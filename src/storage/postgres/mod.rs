@@ -30,6 +30,7 @@ mod primary;
 mod schema;
 mod session;
 mod statements;
+mod template;
 mod tls;
 mod upsert;
 mod zones;
@@ -233,6 +234,13 @@ impl PgStore {
             }
         }
     }
+}
+
+/// A single node's text of a statement template (`upsert.sql`,
+/// `hot_upsert.sql`, `policy_upsert.sql`), for tests that send it directly.
+#[doc(hidden)]
+pub fn single_node_statement(name: &str) -> Option<&'static str> {
+    template::single_by_name(name)
 }
 
 /// Leases are kept in one table on a single node (`sql/leases.sql`).

@@ -21,8 +21,8 @@ WITH clock AS (
          WITH ORDINALITY AS r(chk, key, lim, win, cost, algo, n, pos),
          coalesce($6::timestamptz, now()) AS at
 ), blk AS (
-    SELECT k.key, k.until FROM pglimit_blocks k
-    WHERE k.key = ANY ($2::bytea[]) AND k.until > coalesce($6::timestamptz, now())
+    SELECT k.key, k.until FROM {{blocks}} k
+    WHERE {{route k}}k.key = ANY ($2::bytea[]) AND k.until > coalesce($6::timestamptz, now())
 ), multi AS MATERIALIZED (
     -- The buckets of checks of several (fixed-window) buckets, as this
     -- statement's snapshot has them (c: the live count); such a check goes
@@ -33,7 +33,7 @@ WITH clock AS (
     LEFT JOIN LATERAL (
         SELECT pglimit_fixed_count(s.count, s.expires_at, r.at) AS c,
                pglimit_fixed_end(s.expires_at, r.at, NULL) AS end_at
-        FROM pglimit_buckets s WHERE s.key = r.key
+        FROM {{buckets}} s WHERE {{route s}}s.key = r.key
     ) v ON true
     WHERE r.n > 1
 ), snap AS (
@@ -41,17 +41,17 @@ WITH clock AS (
     FROM req r
     LEFT JOIN blk k ON k.key = r.key
     LEFT JOIN multi m ON m.pos = r.pos
-    LEFT JOIN (SELECT chk, bool_and(fits) AS go FROM multi GROUP BY chk) g ON g.chk = r.chk
+    LEFT JOIN (SELECT chk, bool_and(fits) AS go FROM {{multi}} GROUP BY chk) g ON g.chk = r.chk
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count, tat_us)
-    SELECT key,
+    INSERT INTO {{buckets}} AS b ({{key}}, count, expires_at, prev_count, tat_us)
+    SELECT {{route_value}}key,
            CASE WHEN algo = pglimit_token_bucket() THEN 0 ELSE cost END,
            CASE WHEN algo = pglimit_token_bucket() THEN pglimit_ts(at_us + cost * step)
                 ELSE at + win * interval '1 millisecond' END,
            CASE WHEN algo = pglimit_token_bucket() THEN step * lim ELSE lim END,
            CASE WHEN algo = pglimit_token_bucket() THEN at_us + cost * step END
-    FROM snap WHERE cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
-    ON CONFLICT (key) DO UPDATE SET
+    FROM snap WHERE {{in_turn}}cost <= lim AND until IS NULL AND (n = 1 OR go) ORDER BY key
+    ON CONFLICT ({{key}}) DO UPDATE SET
         count      = CASE WHEN EXCLUDED.tat_us IS NOT NULL THEN 0
                           ELSE pglimit_fixed_count(b.count, b.expires_at, coalesce($6::timestamptz, now()))
                                + EXCLUDED.count END,
@@ -105,7 +105,7 @@ LEFT JOIN LATERAL (
     SELECT s.count, s.expires_at,
            CASE WHEN s.key IS NULL THEN r.at_us + r.step * r.lim ELSE pglimit_token_tat(s.tat_us, r.at_us) END AS tat
     FROM (SELECT NULL) AS one
-    LEFT JOIN pglimit_buckets s ON s.key = r.key
+    LEFT JOIN {{buckets}} s ON {{route s}}s.key = r.key
     WHERE u.key IS NULL AND r.n = 1 OFFSET 0
 ) s ON true
 ORDER BY r.pos

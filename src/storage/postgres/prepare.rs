@@ -12,13 +12,15 @@ use super::{Reach, Session};
 use crate::storage::postgres::citus::{self, Citus};
 use crate::storage::postgres::layout::Layout;
 use crate::storage::postgres::pooler::{quote_ident, Pooler, Settings};
-use crate::storage::postgres::{schema, tls};
+use crate::storage::postgres::{schema, template, tls};
 
 impl Session {
     /// Applies the migrations, the configured table persistence and, on a
     /// Citus cluster, the distribution of the tables; reads the server's
     /// time zones (the coordinator's, in Citus mode).
     pub async fn prepare(&self, unlogged: bool, citus: Citus) -> Result<(), sqlx::Error> {
+        template::check()
+            .map_err(|e| sqlx::Error::Configuration(format!("a statement template: {e}").into()))?;
         let mut conn = self.open().await.map_err(|e| tls::explain(e, &self.connect))?;
         let mut tx = self.begin(&mut conn).await?;
         let (version,): (i32,) = sqlx::query_as("SELECT current_setting('server_version_num')::int")

@@ -27,6 +27,7 @@ use sqlx::postgres::PgConnection;
 use super::literal::Arg;
 use super::session::is_sqlstate;
 use super::statements::{buckets_of, fetch_rows, to_i64, Row};
+use super::template;
 use crate::algorithm::Algorithm;
 use crate::storage::{BucketSpec, Check};
 
@@ -145,10 +146,10 @@ pub(super) async fn run(
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let sql = match upsert {
-        Upsert::OneBucket => ONE_BUCKET_UPSERT,
-        Upsert::HotKeys => HOT_UPSERT,
+        Upsert::OneBucket => template::single(ONE_BUCKET_UPSERT)?,
+        Upsert::HotKeys => template::single(HOT_UPSERT)?,
         Upsert::Algorithms => ALGORITHMS_UPSERT,
-        Upsert::Policy => POLICY_UPSERT,
+        Upsert::Policy => template::single(POLICY_UPSERT)?,
     };
     fetch_rows(conn, sql, args(upsert, checks, now), None).await
 }

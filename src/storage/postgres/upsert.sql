@@ -6,13 +6,13 @@ WITH req AS (
            coalesce($5::timestamptz, now()) + r.win * interval '1 millisecond' AS new_end
     FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, lim, win, cost, pos)
 ), blk AS (
-    SELECT k.key, k.until FROM pglimit_blocks k
-    WHERE k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
+    SELECT k.key, k.until FROM {{blocks}} k
+    WHERE {{route k}}k.key = ANY ($1::bytea[]) AND k.until > coalesce($5::timestamptz, now())
 ), up AS (
-    INSERT INTO pglimit_buckets AS b (key, count, expires_at, prev_count)
-    SELECT key, cost, new_end, lim FROM req
-    WHERE cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
-    ON CONFLICT (key) DO UPDATE SET
+    INSERT INTO {{buckets}} AS b ({{key}}, count, expires_at, prev_count)
+    SELECT {{route_value}}key, cost, new_end, lim FROM req
+    WHERE {{in_turn}}cost <= lim AND NOT EXISTS (SELECT 1 FROM blk WHERE blk.key = req.key) ORDER BY key
+    ON CONFLICT ({{key}}) DO UPDATE SET
         count      = pglimit_fixed_count(b.count, b.expires_at, coalesce($5::timestamptz, now())) + EXCLUDED.count,
         expires_at = pglimit_fixed_end(b.expires_at, coalesce($5::timestamptz, now()), EXCLUDED.expires_at),
         prev_count = 0
@@ -39,6 +39,6 @@ LEFT JOIN blk k ON k.key = r.key
 LEFT JOIN LATERAL (
     SELECT s.count, pglimit_fixed_count(s.count, s.expires_at, r.at) AS counted,
            pglimit_fixed_end(s.expires_at, r.at, r.new_end) AS ends
-    FROM pglimit_buckets s WHERE u.key IS NULL AND s.key = r.key OFFSET 0
+    FROM {{buckets}} s WHERE u.key IS NULL AND {{route s}}s.key = r.key OFFSET 0
 ) s ON true
 ORDER BY r.pos

@@ -7,18 +7,19 @@ use super::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES, DELETE_EXPIRED};
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
+use crate::storage::postgres::template;
 use crate::storage::postgres::upsert::{self, Keys};
 use crate::storage::{Answer, Check};
 use crate::telemetry;
 
 /// The general case: any algorithms, any number of buckets per check, keys
 /// shared between checks (a hot key). See `pglimit_check_batch` in
-/// `migrations/`.
+/// `sql/batch.sql`.
 const CHECK_BATCH: &str =
     "SELECT * FROM pglimit_check_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// The same for a batch in which no key appears twice, decided set-based
-/// rather than bucket by bucket. See `pglimit_check_distinct` in `migrations/`.
+/// rather than bucket by bucket. See `pglimit_check_distinct` in `sql/distinct.sql`.
 const CHECK_DISTINCT: &str =
     "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
@@ -99,7 +100,9 @@ pub(super) async fn cleanup(
 ) -> Result<u64, sqlx::Error> {
     let mut deleted = 0;
     let mut tx = session.begin(conn).await?;
-    for statement in [DELETE_EXPIRED, DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES] {
+    for statement in
+        [template::single(DELETE_EXPIRED)?, template::single(DELETE_ENDED_BLOCKS)?, DELETE_ENDED_LEASES]
+    {
         let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
         deleted += delete.execute(&mut *tx).await?.rows_affected();
     }
