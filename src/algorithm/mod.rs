@@ -20,7 +20,7 @@
 //! | concurrency    | `concurrency`        | `pglimit_lease_holds`; `sql/leases.sql`     | `absorb.rs`       |
 //!
 //! The SQL functions are called by `pglimit_decide` (a whole decision), the
-//! set-based `pglimit_check_distinct`, the three plain upserts
+//! set-based `pglimit_check_distinct`, the four plain upserts
 //! (`storage/postgres/*upsert.sql`) and Citus' refund (`citus/functions.sql`,
 //! which undoes a step). The upserts carry what their conflict branch needs
 //! in the proposed row; how is said at the top of each.
