@@ -21,7 +21,9 @@
 //! Citus mode are the layout's (`layout/citus.rs`).
 
 mod joined;
+pub(super) mod layout;
 mod parts;
+mod plan;
 mod shard;
 
 use std::collections::{BTreeMap, HashMap};

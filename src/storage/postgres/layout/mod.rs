@@ -2,15 +2,15 @@
 //! ([`super::citus`]). The layout owns each family of statements that
 //! differs between the two (deciding, refunding, cleaning up, writing back
 //! after an outage, blocking) and says how checks are spread over the lanes;
-//! each variant's statements are in its own file, [`single`] and [`citus`].
+//! each variant's statements are in its own file: [`single`] here, and
+//! Citus mode's with the rest of Citus ([`super::citus`]).
 
-mod citus;
 mod single;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::citus::{CitusChecks, Node, Routes, WorkerCheck};
+use super::citus::{layout as citus, CitusChecks, Node, Routes, WorkerCheck};
 use super::session::Session;
 use crate::algorithm::State;
 use crate::storage::{Answer, BlockTarget, Check, Held, Key};
@@ -172,9 +172,9 @@ pub(super) struct LaneTarget {
 
 /// An operator's block as a layout writes it: its statement, and in Citus
 /// mode each key's route, bound after the common parameters.
-pub(super) struct Blocking {
-    sql: &'static str,
-    routes: Option<Vec<i32>>,
+pub(in crate::storage::postgres) struct Blocking {
+    pub(in crate::storage::postgres) sql: &'static str,
+    pub(in crate::storage::postgres) routes: Option<Vec<i32>>,
 }
 
 impl Blocking {
@@ -208,17 +208,17 @@ pub(super) type StoredRow = (Vec<u8>, i64, i64, i64, i64, Vec<i64>, i64);
 
 /// The write-back's three statements: create missing rows and lock them
 /// all, read them, write them.
-pub(super) struct AbsorbSql {
-    lock: &'static str,
-    read: &'static str,
-    write: &'static str,
+pub(in crate::storage::postgres) struct AbsorbSql {
+    pub(in crate::storage::postgres) lock: &'static str,
+    pub(in crate::storage::postgres) read: &'static str,
+    pub(in crate::storage::postgres) write: &'static str,
 }
 
 /// One chunk's write-back as a layout writes it: the statements, and in
 /// Citus mode the chunk's route, bound after the common parameters.
-pub(super) struct Absorbing {
-    sql: &'static AbsorbSql,
-    route: Option<i32>,
+pub(in crate::storage::postgres) struct Absorbing {
+    pub(in crate::storage::postgres) sql: &'static AbsorbSql,
+    pub(in crate::storage::postgres) route: Option<i32>,
 }
 
 impl Absorbing {

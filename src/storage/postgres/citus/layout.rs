@@ -1,21 +1,19 @@
 //! The statements of Citus mode: each call confined to one worker, or to
-//! one route's shard, as [`Routes`] places the keys (see [`super::super::citus`]).
+//! one route's shard, as [`Routes`] places the keys (see [`super`]); the Citus
+//! side of [`Layout`](crate::storage::postgres::layout::Layout).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::{AbsorbSql, Absorbing, Blocking};
-use crate::storage::postgres::citus::Routes;
+use super::plan::{by_worker, statements_of, Segment, Shards, Statement};
+use super::Routes;
+use crate::storage::postgres::layout::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
 use crate::storage::postgres::upsert::{self, Upsert};
 use crate::storage::{Answer, BlockTarget, BucketSpec, Check, Held};
-use plan::{by_worker, statements_of, Segment, Shards, Statement};
-
-#[path = "citus_plan.rs"]
-mod plan;
 
 /// The batch function for buckets on one worker, given the route Citus
 /// sends the call by (written into the statement, so that a generic plan
@@ -66,7 +64,7 @@ WHERE t.route = $7 AND t.key = s.key",
 /// Through the coordinator, Citus delegates a call to the worker of its
 /// route only when it sees the route's value: a generic plan has a
 /// parameter. Connections straight to a worker keep their generic plans.
-pub(super) async fn configure(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+pub(in crate::storage::postgres) async fn configure(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SET plan_cache_mode = force_custom_plan").execute(conn).await?;
     Ok(())
 }
@@ -83,7 +81,7 @@ fn moved(e: &sqlx::Error) -> bool {
 /// `direct`, its fixed-window checks take its shards' joined upsert, or
 /// their shards' own ([`plan::FILLED_SHARE`]); the rest, one call of the
 /// route function per worker.
-pub(super) async fn decide(
+pub(in crate::storage::postgres) async fn decide(
     conn: &mut PgConnection,
     routes: &Routes,
     batches: &[&Check],
@@ -218,7 +216,7 @@ async fn decide_on_worker(
 
 /// Gives back, on the worker of `batch`'s buckets, what it took, as `taken`
 /// answered it.
-pub(super) async fn refund(
+pub(in crate::storage::postgres) async fn refund(
     conn: &mut PgConnection,
     routes: &Routes,
     batch: &Check,
@@ -243,7 +241,7 @@ pub(super) async fn refund(
 }
 
 /// Cleans up on the next route in turn: `run` counts the cleanups before.
-pub(super) async fn cleanup(
+pub(in crate::storage::postgres) async fn cleanup(
     conn: &mut PgConnection,
     routes: &Routes,
     batch: i64,
@@ -254,24 +252,31 @@ pub(super) async fn cleanup(
     Ok(deleted.max(0) as u64)
 }
 
-pub(super) fn block(routes: &Routes, targets: &[BlockTarget]) -> Blocking {
+pub(in crate::storage::postgres) fn block(routes: &Routes, targets: &[BlockTarget]) -> Blocking {
     Blocking { sql: BLOCK_ROUTED, routes: Some(targets.iter().map(|t| routes.of(&t.key)).collect()) }
 }
 
 /// A chunk holds one route's buckets only: sorted by route, they come together.
-pub(super) fn order_held(routes: &Routes, held: &mut [Held]) {
+pub(in crate::storage::postgres) fn order_held(routes: &Routes, held: &mut [Held]) {
     held.sort_by_key(|h| routes.of(&h.key));
 }
 
 /// The first chunk of `held` (ordered, not empty): up to `most` buckets of the first one's route.
-pub(super) fn absorb(routes: &Routes, held: &[Held], most: usize) -> (usize, Absorbing) {
+pub(in crate::storage::postgres) fn absorb(
+    routes: &Routes,
+    held: &[Held],
+    most: usize,
+) -> (usize, Absorbing) {
     let first = held.first().map_or(routes.all()[0], |h| routes.of(&h.key));
     let len = held[..held.len().min(most)].iter().take_while(|h| routes.of(&h.key) == first).count();
     (len, Absorbing { sql: &ABSORB_ROUTE, route: Some(first) })
 }
 
 /// Pings every route, each on its worker, through the coordinator.
-pub(super) async fn ping_workers(conn: &mut PgConnection, routes: &Routes) -> Result<(), sqlx::Error> {
+pub(in crate::storage::postgres) async fn ping_workers(
+    conn: &mut PgConnection,
+    routes: &Routes,
+) -> Result<(), sqlx::Error> {
     for &route in routes.all() {
         sqlx::query("SELECT pglimit_ping_route($1)").bind(route).execute(&mut *conn).await?;
     }

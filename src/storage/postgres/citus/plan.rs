@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::storage::postgres::citus::{Routes, WorkerUpserts};
+use super::{Routes, WorkerUpserts};
 use crate::storage::postgres::upsert::{self, Keys, Upsert};
 use crate::storage::Check;
 
@@ -123,5 +123,5 @@ pub(super) fn by_worker(
 }
 
 #[cfg(test)]
-#[path = "citus_tests.rs"]
+#[path = "plan_tests.rs"]
 mod tests;
