@@ -9,10 +9,11 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::oneshot;
 
-use super::citus::Node;
 use super::lane::{Job, Task};
 use super::layout::Layout;
-use super::session::{classify, is_sqlstate, timed_out, Session};
+use super::node::Node;
+use super::session::{classify, timed_out, Session};
+use super::statements::is_sqlstate;
 use crate::storage::{Answer, CallTiming, Check, StoreError, StoreKind};
 use crate::telemetry;
 

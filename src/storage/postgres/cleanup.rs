@@ -8,29 +8,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::citus::Node;
 use super::connection::Connection;
+use super::node::Node;
 use super::session::Session;
 use crate::telemetry;
-
-/// A row past `expires_at` is equivalent to no row for every algorithm,
-/// so deleting it changes no answer. Rows locked by a check in progress are
-/// skipped, never waited for.
-/// A template ([`super::template`]): a Citus shard deletes by `(route, key)`.
-pub(super) const DELETE_EXPIRED: &str = "DELETE FROM {{buckets}} WHERE ({{key}}) IN (
-    SELECT {{key}} FROM {{buckets}} WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Leases past their end, likewise: an ended lease holds no slot (a
-/// released one ends a minute after its release, `sql/leases.sql`).
-pub(super) const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
-    SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
-    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Blocks past their end, likewise: an ended block is no block. A template too.
-pub(super) const DELETE_ENDED_BLOCKS: &str = "DELETE FROM {{blocks}} WHERE ({{key}}) IN (
-    SELECT {{key}} FROM {{blocks}} WHERE until <= now()
-    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.

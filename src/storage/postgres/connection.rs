@@ -13,7 +13,7 @@ use std::time::Duration;
 use sqlx::postgres::PgConnection;
 use tokio::sync::Mutex;
 
-use super::citus::Node;
+use super::node::Node;
 use super::session::{timed_out, Session};
 
 /// The work of one use, borrowing the connection (and the session, which

@@ -37,7 +37,7 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::call::{call, LaneConnection};
-use super::citus::Node;
+use super::node::Node;
 use super::session::Session;
 use crate::storage::{Answer, Check, Key, StoreError};
 

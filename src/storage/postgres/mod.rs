@@ -24,6 +24,7 @@ mod layout;
 mod leases;
 mod listener;
 mod literal;
+mod node;
 mod overrides;
 mod pooler;
 mod primary;

@@ -16,7 +16,7 @@ use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::PgConnection;
 use sqlx::Executor;
 
-use super::session::is_sqlstate;
+use super::statements::is_sqlstate;
 
 /// Without sqlx's own lock: [`bring_up_to_date`] takes one that a pooler cannot strand.
 static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Executor, Postgres, Transaction};
 
-use super::citus::Node;
 use super::layout::Layout;
+use super::node::Node;
 use super::pooler::{quote_ident, Pooler, Settings};
 use super::tls::{self, Target};
 use super::zones::ServerZones;
@@ -195,11 +195,6 @@ pub(super) async fn ping_writable(conn: &mut PgConnection) -> Result<(), sqlx::E
 
 pub(super) fn timed_out(what: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("postgres timed out {what}")))
-}
-
-/// Whether the server answered `e` with the SQLSTATE `code`.
-pub(super) fn is_sqlstate(e: &sqlx::Error, code: &str) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
 }
 
 /// Connection-level failures mean Postgres is away for everyone; anything

@@ -131,3 +131,8 @@ pub(super) fn answers(checks: &[&Check], mut rows: Vec<Row>) -> Result<Vec<Answe
 pub(super) fn to_i64<T: TryInto<i64>>(v: T) -> i64 {
     v.try_into().unwrap_or(i64::MAX)
 }
+
+/// Whether the server answered `e` with the SQLSTATE `code`.
+pub(super) fn is_sqlstate(e: &sqlx::Error, code: &str) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
+}

@@ -9,13 +9,32 @@
 
 use std::sync::LazyLock;
 
+/// One-bucket fixed-window checks (`upsert.rs` says when each upsert serves).
+pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
+/// One-bucket fixed-window checks, a key's alike checks as one row.
+pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
+/// Checks of several fixed-window buckets, with one-bucket checks.
+pub(super) const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
+
+/// A row past `expires_at` is equivalent to no row for every algorithm,
+/// so deleting it changes no answer. Rows locked by a check in progress are
+/// skipped, never waited for. A Citus shard deletes by `(route, key)`.
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM {{buckets}} WHERE ({{key}}) IN (
+    SELECT {{key}} FROM {{buckets}} WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Blocks past their end, likewise: an ended block is no block.
+pub(super) const DELETE_ENDED_BLOCKS: &str = "DELETE FROM {{blocks}} WHERE ({{key}}) IN (
+    SELECT {{key}} FROM {{blocks}} WHERE until <= now()
+    ORDER BY until LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
 /// Every template: its name, for errors, and its text.
 pub(super) const TEMPLATES: [(&str, &str); 5] = [
-    ("upsert.sql", super::upsert::ONE_BUCKET_UPSERT),
-    ("hot_upsert.sql", super::upsert::HOT_UPSERT),
-    ("policy_upsert.sql", super::upsert::POLICY_UPSERT),
-    ("DELETE_EXPIRED", super::cleanup::DELETE_EXPIRED),
-    ("DELETE_ENDED_BLOCKS", super::cleanup::DELETE_ENDED_BLOCKS),
+    ("upsert.sql", ONE_BUCKET_UPSERT),
+    ("hot_upsert.sql", HOT_UPSERT),
+    ("policy_upsert.sql", POLICY_UPSERT),
+    ("DELETE_EXPIRED", DELETE_EXPIRED),
+    ("DELETE_ENDED_BLOCKS", DELETE_ENDED_BLOCKS),
 ];
 
 /// Where a statement runs: the tables it names and, on a Citus shard, the

@@ -25,8 +25,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::literal::Arg;
-use super::session::is_sqlstate;
-use super::statements::{buckets_of, fetch_rows, to_i64, Row};
+use super::statements::{buckets_of, fetch_rows, is_sqlstate, to_i64, Row};
 use super::template;
 use crate::algorithm::Algorithm;
 use crate::storage::{BucketSpec, Check};
@@ -34,13 +33,13 @@ use crate::storage::{BucketSpec, Check};
 /// Every check one fixed-window bucket: the commonest batch, and the
 /// leanest statement (the policy one costs 0.03-0.15 ms more a call:
 /// docs/performance.md).
-pub(super) const ONE_BUCKET_UPSERT: &str = include_str!("upsert.sql");
+pub(super) use super::template::ONE_BUCKET_UPSERT;
 
 /// One-bucket fixed-window checks of which several share a key, each alike
 /// (a hot key): the key's checks proposed as one row, that decides how many
 /// of them fit. `pglimit_check_batch` took such batches, one bucket at a
 /// time, at nearly 4 times the statement time per check (docs/performance.md).
-pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
+pub(super) use super::template::HOT_UPSERT;
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
 /// among one-bucket fixed-window and token-bucket checks (a batch of
@@ -53,7 +52,7 @@ pub(super) const HOT_UPSERT: &str = include_str!("hot_upsert.sql");
 /// locks before it reads. The other algorithms have a statement of their own
 /// (below): in this one the sliding branch made every other check 10% dearer
 /// (docs/performance.md).
-pub(super) const POLICY_UPSERT: &str = include_str!("policy_upsert.sql");
+pub(super) use super::template::POLICY_UPSERT;
 
 /// Every check one sliding-window, sliding-log or token bucket. A check its
 /// locked row denies and the statement's snapshot admits (another instance

@@ -9,7 +9,7 @@ use sqlx::postgres::PgConnection;
 
 use super::plan::{by_worker, statements_of, Segment, Shards, Statement};
 use super::Routes;
-use crate::storage::postgres::layout::{AbsorbSql, Absorbing, Blocking};
+use crate::storage::postgres::layout::writes::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::literal::Arg;
 use crate::storage::postgres::statements;
 use crate::storage::postgres::upsert::{self, Upsert};

@@ -20,6 +20,8 @@
 //! This module sets the cluster up and places the keys; the statements of
 //! Citus mode are the layout's (`layout/citus.rs`).
 
+pub(super) use super::node::Node;
+
 mod joined;
 pub(super) mod layout;
 mod parts;
@@ -60,15 +62,6 @@ pub enum CitusChecks {
     Workers,
     /// Through the coordinator, which delegates each call to its worker.
     Coordinator,
-}
-
-/// A node holding pglimit's shards, as the coordinator's `pg_dist_node`
-/// names it: its Citus group, and where it listens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct Node {
-    pub group: i32,
-    pub host: String,
-    pub port: u16,
 }
 
 /// Says which worker a connection at start-up failed to reach, and what to

@@ -15,9 +15,9 @@
 //! without one an empty segment would wait for the others for nothing.
 
 use super::joined::Texts;
-use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_EXPIRED};
-use crate::storage::postgres::template::{self, Placement};
-use crate::storage::postgres::upsert::{HOT_UPSERT, ONE_BUCKET_UPSERT, POLICY_UPSERT};
+use crate::storage::postgres::template::{
+    self, Placement, DELETE_ENDED_BLOCKS, DELETE_EXPIRED, HOT_UPSERT, ONE_BUCKET_UPSERT, POLICY_UPSERT,
+};
 
 /// A route's shards, as the coordinator names them.
 #[derive(Debug, Clone)]

@@ -3,11 +3,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::{AbsorbSql, Absorbing, Blocking};
-use crate::storage::postgres::cleanup::{DELETE_ENDED_BLOCKS, DELETE_ENDED_LEASES, DELETE_EXPIRED};
+use super::writes::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
-use crate::storage::postgres::template;
+use crate::storage::postgres::template::{self, DELETE_ENDED_BLOCKS, DELETE_EXPIRED};
 use crate::storage::postgres::upsert::{self, Keys};
 use crate::storage::{Answer, Check};
 use crate::telemetry;
@@ -22,6 +21,13 @@ const CHECK_BATCH: &str =
 /// rather than bucket by bucket. See `pglimit_check_distinct` in `sql/distinct.sql`.
 const CHECK_DISTINCT: &str =
     "SELECT * FROM pglimit_check_distinct($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// Leases past their end: an ended lease holds no slot (a released one
+/// ends a minute after its release, `sql/leases.sql`). Leases are kept on
+/// a single node only.
+const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN (
+    SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 /// An operator's block replaces whatever block the key had.
 const BLOCK: &str = "
