@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{KeySecret, Limiter, WaitLimits};
+use crate::limiter::{Actions, Checks, KeySecret, Leases, Overrides, Shared, WaitLimits, Waiting};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
-use crate::server::{AppState, Auth, MetricsEndpoint, Services};
+use crate::server::{AppState, Auth, MetricsEndpoint, ServiceStore, Services};
 use crate::storage::{longest_wait, DenyCache, FallbackStore, MemoryStore, PgStore, PgStoreOptions};
 use crate::telemetry;
 
@@ -84,32 +84,45 @@ impl Service {
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
-        let waiting =
-            WaitLimits::new(config.max_waiting, config.request_timeout, longest_wait(config.db_timeout));
-        let limiter = Arc::new(Limiter::new(store, policies, secret, config.shadow).with_waiting(waiting));
-        crate::limiter::watch_overrides(&limiter).await;
-        crate::limiter::wake_on_releases(&limiter);
+        let shared = Arc::new(Shared::new(store, policies, secret, config.shadow));
+        let services = services(Arc::clone(&shared), config, metrics).await;
         let mut background = Background::default();
         let policies = config.policies.clone();
-        background.0.push(crate::reload::spawn(
-            policies,
-            config.watch_policies,
-            Arc::clone(&limiter),
-            hangup,
-        ));
-        if let Some(endpoint) = &metrics {
+        background.0.push(crate::reload::spawn(policies, config.watch_policies, shared, hangup));
+        if let Some(endpoint) = &services.metrics {
             background.0.push(upkeep(endpoint.handle.clone()));
         }
-        let state = AppState::new(Services {
-            limiter,
-            auth: Auth::new(config.api_tokens.iter().map(String::as_str)),
-            admin: admin_access(config),
-            metrics,
-            request_timeout: config.request_timeout,
-            loopback_bind: config.bind.ip().is_loopback(),
-            slow_checks: telemetry::SlowChecks::new(config.slow_checks),
-        });
+        let state = AppState::new(services);
         Ok(Self { state, cluster, background })
+    }
+}
+
+/// The limiter's services over `shared`, with their tasks started (API
+/// overrides loaded and then watched, held checks woken by releases), and
+/// what the HTTP surface adds to them.
+async fn services(
+    shared: Arc<Shared<ServiceStore>>,
+    config: &Config,
+    metrics: Option<MetricsEndpoint>,
+) -> Services {
+    let checks = Checks::new(Arc::clone(&shared));
+    let limits = WaitLimits::new(config.max_waiting, config.request_timeout, longest_wait(config.db_timeout));
+    let waiting = Arc::new(Waiting::new(checks.clone(), limits));
+    let overrides = Arc::new(Overrides::new(Arc::clone(&shared)));
+    overrides.watch().await;
+    waiting.wake_on_releases();
+    Services {
+        actions: Actions::new(checks.clone()),
+        leases: Leases::new(shared),
+        checks,
+        waiting,
+        overrides,
+        auth: Auth::new(config.api_tokens.iter().map(String::as_str)),
+        admin: admin_access(config),
+        metrics,
+        request_timeout: config.request_timeout,
+        loopback_bind: config.bind.ip().is_loopback(),
+        slow_checks: telemetry::SlowChecks::new(config.slow_checks),
     }
 }
 

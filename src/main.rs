@@ -110,11 +110,11 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     // One signal stops both servers; each then finishes its requests in flight.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let limiter = std::sync::Arc::clone(&service.state.limiter);
+    let waiting = std::sync::Arc::clone(&service.state.waiting);
     tokio::spawn(async move {
         shutdown_signal().await;
         // Held checks answer now rather than hold the shutdown up (or be cut off).
-        limiter.waiters().close();
+        waiting.queues().close();
         let _ = stop.send(true);
     });
     let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

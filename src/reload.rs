@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::limiter::Limiter;
+use crate::limiter::Shared;
 use crate::policy::{Policies, PolicyError};
 use crate::storage::Store;
 use crate::telemetry;
@@ -50,7 +50,7 @@ pub enum Reloaded {
 /// error nothing changes.
 fn apply<S: Store>(
     loaded: Result<Policies, PolicyError>,
-    limiter: &Limiter<S>,
+    limiter: &Shared<S>,
 ) -> Result<Reloaded, PolicyError> {
     let policies = loaded.inspect_err(|_| telemetry::policy_reload(false))?;
     if let Some((policy, reason)) = crate::limiter::refused_leasing(limiter.store(), &policies) {
@@ -79,7 +79,7 @@ pub fn catch_hangup() -> std::io::Result<Signal> {
 pub fn spawn<S: Store>(
     path: Option<PathBuf>,
     watch: bool,
-    limiter: Arc<Limiter<S>>,
+    limiter: Arc<Shared<S>>,
     mut hangup: Signal,
 ) -> JoinHandle<()> {
     if path.is_some() {
@@ -112,7 +112,7 @@ pub fn spawn<S: Store>(
 
 /// Reads `path` as `trigger` asks, puts what it holds in force if it is
 /// new and valid, and logs what happened.
-async fn reload<S: Store>(trigger: Trigger, path: Option<&Path>, limiter: &Limiter<S>) {
+async fn reload<S: Store>(trigger: Trigger, path: Option<&Path>, limiter: &Shared<S>) {
     let Some(path) = path else {
         tracing::info!("SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay");
         return;

@@ -267,7 +267,7 @@ async fn behind_a_transaction_pooler_a_check_waiting_for_a_slot_is_admitted_afte
         async move { check(&b, waiting).await }
     });
     let started = Instant::now();
-    while b.limiter.waiters().held() == 0 {
+    while b.waiting.queues().held() == 0 {
         assert!(started.elapsed() < Duration::from_secs(10), "the check was never held");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -7,14 +7,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::plan::bucket_spec;
-use super::request::{self, CheckRequest, Invalid};
-use super::{CheckError, Decision, Limiter};
+use super::checks::{bucket_spec, Checks, Decision};
+use super::request::{self, CheckError, CheckRequest, Invalid, MAX_REASON_LEN};
 use crate::policy::{parse_window, BucketDef, Policy};
-use crate::storage::{Actions, Block, BlockTarget, Key, Store, StoreError};
-
-/// Longest reason kept with a block, in bytes.
-pub const MAX_REASON_LEN: usize = 500;
+use crate::storage::{self, Block, BlockTarget, Key, Store, StoreError};
 
 /// A block's target and terms, as an operator gives them. Identifiers may
 /// be some of the policy's: every bucket counting over only those is
@@ -29,7 +25,17 @@ pub struct BlockRequest {
     pub reason: Option<String>,
 }
 
-impl<S: Store + Actions> Limiter<S> {
+/// Resets, blocks and unblocks. Through [`Checks`] it shares the store and
+/// the policies, and a reset answers with a peek as `/check` would.
+pub struct Actions<S> {
+    checks: Checks<S>,
+}
+
+impl<S: Store + storage::Actions> Actions<S> {
+    pub fn new(checks: Checks<S>) -> Self {
+        Self { checks }
+    }
+
     /// Puts the named buckets of `request`'s check (all of them by default)
     /// back to full and lifts their lockouts; answers a peek taken after.
     pub async fn reset(
@@ -39,7 +45,7 @@ impl<S: Store + Actions> Limiter<S> {
     ) -> Result<Decision, CheckError> {
         // Refused as /check would refuse it, cost included; the cost plays no
         // part in the keys, so these are the peek's too.
-        let plan = self.plan(request)?;
+        let plan = self.checks.plan(request)?;
         let policy = plan.counters.name().to_owned();
         let keys: Vec<Key> = match buckets {
             None => plan.check.buckets.iter().map(|b| b.key).collect(),
@@ -55,8 +61,8 @@ impl<S: Store + Actions> Limiter<S> {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        self.store.reset(&keys).await.map_err(unavailable)?;
-        self.check(&request.peek()).await
+        self.store().reset(&keys).await.map_err(unavailable)?;
+        self.checks.check(&request.peek()).await
     }
 
     /// Blocks the target's bucket keys; returns them and when the block ends.
@@ -72,7 +78,7 @@ impl<S: Store + Actions> Limiter<S> {
         }
         let targets = self.targets(request)?;
         let until =
-            self.store.block(&targets, duration, request.reason.as_deref()).await.map_err(unavailable)?;
+            self.store().block(&targets, duration, request.reason.as_deref()).await.map_err(unavailable)?;
         Ok((targets, until))
     }
 
@@ -81,16 +87,20 @@ impl<S: Store + Actions> Limiter<S> {
     pub async fn unblock(&self, request: &BlockRequest) -> Result<(Vec<BlockTarget>, u64), CheckError> {
         let targets = self.targets(request)?;
         let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
-        let lifted = self.store.unblock(&keys).await.map_err(unavailable)?;
+        let lifted = self.store().unblock(&keys).await.map_err(unavailable)?;
         Ok((targets, lifted))
     }
 
     pub async fn blocks(&self, limit: u32) -> Result<Vec<Block>, CheckError> {
-        self.store.blocks(limit).await.map_err(unavailable)
+        self.store().blocks(limit).await.map_err(unavailable)
+    }
+
+    fn store(&self) -> &S {
+        self.checks.store()
     }
 
     fn targets(&self, request: &BlockRequest) -> Result<Vec<BlockTarget>, Invalid> {
-        let policies = self.policies();
+        let policies = self.checks.policies();
         let policy =
             policies.get(&request.policy).ok_or_else(|| Invalid::UnknownPolicy(request.policy.clone()))?;
         let values = request::some_identifiers(policy, &request.identifiers)?;
@@ -100,7 +110,7 @@ impl<S: Store + Actions> Limiter<S> {
         };
         let targets: Vec<BlockTarget> = chosen
             .into_iter()
-            .filter_map(|b| bucket_spec(&self.secret, policy, b, &values, b.limit))
+            .filter_map(|b| bucket_spec(&self.checks.shared.secret, policy, b, &values, b.limit))
             .map(|spec| BlockTarget { key: spec.key, policy: policy.name.clone(), bucket: spec.name })
             .collect();
         if targets.is_empty() {

@@ -13,16 +13,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use rand::RngCore;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::decision::rfc3339_ms;
-use super::request::{CheckRequest, Invalid};
-use super::{CheckError, Limiter};
+use super::request::{CheckError, CheckRequest, Invalid};
+use super::shared::Shared;
 use crate::policy::{Policies, DEFAULT_MAX_LEASE_LIFE};
-use crate::storage::{Key, Leases, NewLease, Renewal, Store, StoreError};
+use crate::storage::{self, Key, NewLease, Renewal, Store, StoreError};
 
 /// What every lease id starts with: a reader of logs tells it from a key.
 const PREFIX: &str = "lease_";
@@ -38,16 +35,6 @@ pub fn refused_leasing(store: &impl Store, policies: &Policies) -> Option<(Arc<s
     }
     let (policy, bucket) = policies.iter().find_map(|p| Some((p, p.leasing_bucket()?)))?;
     Some((policy.name.clone(), Invalid::NoLeases { bucket: bucket.name.clone() }))
-}
-
-/// A lease as an admitted check answers it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Granted {
-    pub id: String,
-    /// When the lease ends unless released or renewed (the earliest of its
-    /// buckets', when a check has several).
-    #[serde(serialize_with = "rfc3339_ms")]
-    pub expires_at: DateTime<Utc>,
 }
 
 /// A new lease id, and the lease as it is stored: by the id's hash,
@@ -89,19 +76,28 @@ pub fn parse(id: &str) -> Result<Key, Invalid> {
     }
 }
 
-impl<S: Store + Leases> Limiter<S> {
+/// Releases and renewals of leases, by the id a check answered.
+pub struct Leases<S> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: Store + storage::Leases> Leases<S> {
+    pub fn new(shared: Arc<Shared<S>>) -> Self {
+        Self { shared }
+    }
+
     /// Frees a lease's slots: `Some(true)` if it held any, `Some(false)` if
     /// it was released already or has ended, `None` if there is no such lease.
     pub async fn release(&self, id: &str) -> Result<Option<bool>, CheckError> {
         let id = parse(id)?;
-        self.store().release(&id).await.map_err(unavailable)
+        self.shared.store.release(&id).await.map_err(unavailable)
     }
 
     /// Extends a lease by its lease time, unless that would keep it past
     /// its `max_lease_life`.
     pub async fn renew(&self, id: &str) -> Result<Renewal, CheckError> {
         let id = parse(id)?;
-        self.store().renew(&id).await.map_err(unavailable)
+        self.shared.store.renew(&id).await.map_err(unavailable)
     }
 }
 

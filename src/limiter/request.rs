@@ -15,6 +15,9 @@ use crate::policy::{format_window, parse_window_in, Policy, DEFAULT_MAX_LEASE_LI
 /// Longest ad hoc key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
 
+/// Longest reason kept with a block (or note with an API override), in bytes.
+pub const MAX_REASON_LEN: usize = 500;
+
 /// A check as the caller asked for it, not yet validated.
 #[derive(Debug, Clone)]
 pub enum CheckRequest {
@@ -52,6 +55,18 @@ impl CheckRequest {
     }
 }
 
+/// Why a check (or an action) has no answer. A denial is a decision, not
+/// one of these.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// Postgres cannot answer and the check's policy fails closed (or the
+    /// action needs Postgres).
+    #[error("the counter store is unavailable")]
+    StoreUnavailable,
+}
+
 /// What is wrong with a request, in the domain's terms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
@@ -79,7 +94,7 @@ pub enum Invalid {
     UnknownBucket { field: &'static str, name: String, policy: String },
     #[error("for {0} (a duration such as \"15m\")")]
     BlockFor(String),
-    #[error("reason must be at most {} bytes", super::actions::MAX_REASON_LEN)]
+    #[error("reason must be at most {MAX_REASON_LEN} bytes")]
     ReasonLength,
     #[error("{0}")]
     Lease(String),

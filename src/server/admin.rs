@@ -61,7 +61,7 @@ pub async fn block(
 ) -> Result<Json<Value>, Error> {
     verify(&state, &headers)?;
     let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
-    let (targets, until) = state.limiter.block(&request).await?;
+    let (targets, until) = state.actions.block(&request).await?;
     Ok(Json(json!({ "blocked": targets.iter().map(target).collect::<Vec<_>>(), "until": at(&until) })))
 }
 
@@ -73,7 +73,7 @@ pub async fn unblock(
 ) -> Result<Json<Value>, Error> {
     verify(&state, &headers)?;
     let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
-    let (targets, lifted) = state.limiter.unblock(&request).await?;
+    let (targets, lifted) = state.actions.unblock(&request).await?;
     Ok(Json(json!({ "unblocked": targets.iter().map(target).collect::<Vec<_>>(), "lifted": lifted })))
 }
 
@@ -94,7 +94,7 @@ pub async fn list(
     if !(1..=MAX_LISTED).contains(&limit) {
         return Err(Error::field("limit", format!("limit must be from 1 to {MAX_LISTED}")));
     }
-    let blocks = state.limiter.blocks(limit).await?;
+    let blocks = state.actions.blocks(limit).await?;
     Ok(Json(json!({ "blocks": blocks.iter().map(listed).collect::<Vec<_>>() })))
 }
 

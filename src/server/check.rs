@@ -35,14 +35,14 @@ pub async fn check(
 
 /// A `max_wait` as written, within this service's bound.
 fn wait_of(state: &AppState, text: &str) -> Result<Duration, Error> {
-    let bound = state.limiter.waiters().limits().max_wait;
+    let bound = state.waiting.queues().limits().max_wait;
     parse_max_wait(text, bound).map_err(|reason| Error::field("max_wait", format!("max_wait: {reason}")))
 }
 
 /// Decides `request` and notes the outcome on the request's span and in the
 /// slow-check log: the one path of `/check`, `/auth/{policy}` and gRPC.
 /// With `max_wait`, a check that would be denied may be held (see
-/// `limiter::waiting`).
+/// `limiter::Waiting`); without, it goes straight to `limiter::Checks`.
 pub async fn decide(
     state: &AppState,
     request: &CheckRequest,
@@ -51,7 +51,10 @@ pub async fn decide(
     // Timed only for the slow-check log, so not at all when it is off; a
     // check held by max_wait took its time by request, and is left out.
     let started = state.slow_checks.enabled().then(Instant::now);
-    let decision = state.limiter.check_waiting(request, max_wait).await;
+    let decision = match max_wait {
+        Some(max_wait) => state.waiting.check(request, max_wait).await,
+        None => state.checks.check(request).await,
+    };
     let held = decision.as_ref().is_ok_and(|d| d.waited_ms.is_some_and(|ms| ms > 0));
     let started = started.filter(|_| !held);
     // An invalid request's policy name is the caller's text, not configuration: left out.
@@ -105,7 +108,7 @@ pub async fn reset(
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;
     let (request, buckets) = parse_reset(&body_bytes(body)?)?;
-    let decision = state.limiter.reset(&request, buckets.as_deref()).await?;
+    let decision = state.actions.reset(&request, buckets.as_deref()).await?;
     Ok(respond(decision))
 }
 

@@ -30,7 +30,7 @@ pub async fn forward_auth(
     let table = table_of(&state, &name)?;
     let request = request(name, &table, &headers)?;
     // The operator's max_wait, within what this service's timeouts allow.
-    let max_wait = table.max_wait.map(|w| w.min(state.limiter.waiters().limits().max_wait));
+    let max_wait = table.max_wait.map(|w| w.min(state.waiting.queues().limits().max_wait));
     let decision = decide(&state, &request, max_wait).await.map_err(|e| blame_header(e, &table))?;
     let denied = StatusCode::from_u16(table.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
     Ok(respond_as(decision, denied))
@@ -39,7 +39,7 @@ pub async fn forward_auth(
 /// The policy's `forward_auth` table; a policy without one is not offered
 /// here, as if it did not exist.
 fn table_of(state: &AppState, name: &str) -> Result<ForwardAuth, Error> {
-    let policies = state.limiter.policies();
+    let policies = state.checks.policies();
     let policy = policies
         .get(name)
         .ok_or_else(|| Error::NoForwardAuth(format!("no policy named {name:?} is configured")))?;

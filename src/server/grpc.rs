@@ -94,7 +94,7 @@ impl RateLimitService for Envoy {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let Asked { check, descriptors } = envoy::read(request.into_inner())?;
-        let policy = self.state.limiter.policies().get(check.policy_label()).cloned();
+        let policy = self.state.checks.policies().get(check.policy_label()).cloned();
         if let Some(bucket) = policy.as_deref().and_then(Policy::leasing_bucket) {
             return Err(Status::failed_precondition(format!(
                 "bucket {:?} of this policy is a concurrency bucket, and Envoy cannot release a lease: \

@@ -21,14 +21,14 @@ pub async fn healthz() -> Json<Value> {
 /// open to anyone, would count logins (a reset moves `actions`) and map
 /// the deployment.
 pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
-    let store = state.limiter.store();
+    let store = state.checks.store();
     let degraded = store.is_degraded();
     let answering = if degraded { "memory" } else { "postgres" };
     let mut body = json!({ "status": "ready", "store": answering, "degraded": degraded });
     if may_see_details(&state, &headers) {
         body["instances"] = json!(store.instances());
         body["actions"] = json!(store.actions_heard());
-        body["policies"] = json!(state.limiter.policies().hash());
+        body["policies"] = json!(state.checks.policies().hash());
     }
     Json(body)
 }

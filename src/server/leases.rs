@@ -34,7 +34,7 @@ pub async fn release(
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;
     let body: LeaseBody = deserialize(&body_bytes(body)?)?;
-    match state.limiter.release(&body.lease).await? {
+    match state.leases.release(&body.lease).await? {
         Some(released) => Ok(Json(json!({ "released": released })).into_response()),
         None => Err(Error::NoLease("no such lease: it never existed, or it ended and was cleaned up")),
     }
@@ -51,7 +51,7 @@ pub async fn renew(
 ) -> Result<Response, Error> {
     state.auth.verify_header(authorization.value())?;
     let body: LeaseBody = deserialize(&body_bytes(body)?)?;
-    match state.limiter.renew(&body.lease).await? {
+    match state.leases.renew(&body.lease).await? {
         Renewal::Renewed(expires_at) => {
             let lease = Granted { id: body.lease, expires_at };
             Ok(Json(json!({ "lease": lease })).into_response())

@@ -1,7 +1,6 @@
 //! The HTTP surface: the router, its shared state, and `serve`.
 
 mod admin;
-mod admin_overrides;
 mod auth;
 mod body;
 mod check;
@@ -14,6 +13,7 @@ mod health;
 mod layers;
 mod leases;
 mod metrics;
+mod overrides;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
-use crate::limiter::Limiter;
+use crate::limiter::{Actions, Checks, Leases, Overrides, Waiting};
 use crate::storage::{DenyCache, FallbackStore, PgStore};
 use crate::telemetry::SlowChecks;
 
@@ -50,8 +50,20 @@ pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 #[derive(Clone)]
 pub struct AppState(Arc<Services>);
 
+/// The limiter's five services over one shared store and set of
+/// policies, then what the HTTP surface adds. `waiting` and `overrides`
+/// are `Arc`s because each runs a task (wakes, reloads) that ends with it.
 pub struct Services {
-    pub limiter: Arc<Limiter<ServiceStore>>,
+    /// `/check`, `/auth/{policy}` and gRPC without `max_wait`.
+    pub checks: Checks<ServiceStore>,
+    /// Checks with `max_wait`.
+    pub waiting: Arc<Waiting<ServiceStore>>,
+    /// `/release` and `/renew`.
+    pub leases: Leases<ServiceStore>,
+    /// `/reset` and `/admin/blocks`.
+    pub actions: Actions<ServiceStore>,
+    /// `/admin/overrides`.
+    pub overrides: Arc<Overrides<ServiceStore>>,
     pub auth: Auth,
     /// Who may use the admin routes; `None`: nobody (no admin token on a
     /// network bind).
@@ -89,8 +101,8 @@ pub fn router(state: AppState) -> Router {
         .route("/renew", post(leases::renew))
         .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
-        .route("/admin/overrides", get(admin_overrides::list).post(admin_overrides::add))
-        .route("/admin/overrides/{id}", delete(admin_overrides::remove))
+        .route("/admin/overrides", get(overrides::list).post(overrides::add))
+        .route("/admin/overrides/{id}", delete(overrides::remove))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

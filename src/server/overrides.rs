@@ -58,7 +58,7 @@ pub async fn add(
     let OverrideBody { policy, when, limits, unlimited, deny, until, note } =
         deserialize(&body_bytes(body)?)?;
     let request = OverrideRequest { policy, when, limits, unlimited, deny, until, note };
-    let added = state.limiter.add_override(&request).await?;
+    let added = state.overrides.add(&request).await?;
     let mut body = listed(&added.stored);
     body["replaced"] = json!(added.replaced);
     Ok((StatusCode::CREATED, Json(body)))
@@ -82,10 +82,10 @@ pub async fn list(
     if !(1..=MAX_LISTED).contains(&limit) {
         return Err(Error::field("limit", format!("limit must be from 1 to {MAX_LISTED}")));
     }
-    if let Some(policy) = listing.policy.as_deref().filter(|p| state.limiter.policies().get(p).is_none()) {
+    if let Some(policy) = listing.policy.as_deref().filter(|p| state.overrides.policies().get(p).is_none()) {
         return Err(Error::UnknownPolicy(policy.to_owned()));
     }
-    let overrides = state.limiter.overrides(listing.policy.as_deref(), limit).await?;
+    let overrides = state.overrides.list(listing.policy.as_deref(), limit).await?;
     Ok(Json(json!({ "overrides": overrides.iter().map(listed).collect::<Vec<_>>() })))
 }
 
@@ -95,7 +95,7 @@ pub async fn remove(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Error> {
     verify(&state, &headers)?;
-    if !state.limiter.remove_override(&id).await? {
+    if !state.overrides.remove(&id).await? {
         return Err(Error::UnknownOverride(id));
     }
     Ok(Json(json!({ "removed": id })))

@@ -3,13 +3,14 @@
 //! does not list refuses its own check, never the batch it would join.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use chrono::Utc;
 use pglimit::algorithm::{parse_zone, Algorithm};
 use pglimit::error::Error;
-use pglimit::limiter::{CheckRequest, KeySecret, Limiter};
+use pglimit::limiter::{CheckRequest, Checks, KeySecret, Shared};
 use pglimit::policy::Policies;
 use pglimit::storage::{Check, FallbackStore, MemoryFallback, MemoryStore, PgStore, Primary, Store};
 use serde_json::json;
@@ -97,12 +98,12 @@ async fn a_zone_the_server_does_not_list_fails_that_check_alone_while_checks_bes
         Duration::from_secs(1),
     );
     let secret = KeySecret::new(crate::common::SECRET).expect("secret");
-    let limiter = Limiter::new(store, Policies::builtin(), secret, false);
+    let checks = Checks::new(Arc::new(Shared::new(store, Policies::builtin(), secret, false)));
     let others: Vec<CheckRequest> = (0..24).map(|i| ad_hoc([Some("Europe/Berlin"), None][i % 2])).collect();
     let tokyo = ad_hoc(Some("Asia/Tokyo"));
     let (refused, answers) = tokio::join!(
-        limiter.check(&tokyo),
-        futures_util::future::join_all(others.iter().map(|r| limiter.check(r)))
+        checks.check(&tokyo),
+        futures_util::future::join_all(others.iter().map(|r| checks.check(r)))
     );
     match refused.map_err(Error::from) {
         Err(Error::InvalidField { field, detail }) => {
@@ -116,7 +117,7 @@ async fn a_zone_the_server_does_not_list_fails_that_check_alone_while_checks_bes
         assert!(decision.allowed && !decision.degraded, "{decision:?}");
         assert_eq!(decision.store, pglimit::storage::StoreKind::Postgres);
     }
-    assert!(!limiter.store().is_degraded());
+    assert!(!checks.store().is_degraded());
 }
 
 #[tokio::test]

@@ -37,7 +37,7 @@ async fn two_instances(extra: &[(&str, &str)]) -> (AppState, AppState) {
 /// Until `app` holds `count` checks: how a test knows a waiter has arrived
 /// without guessing how long arriving takes.
 async fn until_held(app: &AppState, count: usize) {
-    while app.limiter.waiters().held() != count {
+    while app.waiting.queues().held() != count {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -158,7 +158,7 @@ async fn on_shutdown_a_held_check_answers_its_429_at_once() {
         async move { check(&b, body).await }
     });
     until_held(&b, 1).await;
-    b.limiter.waiters().close();
+    b.waiting.queues().close();
     let reply = held.await.expect("held");
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{}", reply.body);
     assert!(waited(&reply) < window, "answered before the refill it waited for: {}", reply.body);
@@ -182,7 +182,7 @@ async fn waking_a_key_rechecks_its_first_waiter_before_the_time_its_denial_named
     until_held(&b, 1).await;
     let reset = call(&b, "POST", "/reset", key_check(&key, "fixed_window", window, None)).await;
     assert_eq!(reset.status, StatusCode::OK, "{}", reset.body);
-    b.limiter.waiters().wake(&adhoc_key(&key));
+    b.waiting.queues().wake(&adhoc_key(&key));
     let reply = held.await.expect("held");
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert!(waited(&reply) < window, "admitted on the wake, not at the window's turn: {}", reply.body);

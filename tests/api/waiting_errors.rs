@@ -35,7 +35,7 @@ async fn a_max_wait_over_the_bound_its_timeouts_allow_is_a_400_naming_the_bound(
     let app = instance(&fresh_database().await, &[("PGLIMIT_REQUEST_TIMEOUT_MS", "10000")]).await;
     assert_names_max_wait(&check(&app, ad_hoc(json!("4001ms"))).await, "at most 4s");
     assert_eq!(check(&app, ad_hoc(json!("4s"))).await.status, StatusCode::OK);
-    assert_eq!(app.limiter.waiters().limits().max_wait, Duration::from_secs(4));
+    assert_eq!(app.waiting.queues().limits().max_wait, Duration::from_secs(4));
 }
 
 #[tokio::test]

@@ -32,7 +32,7 @@ fn waited(reply: &Reply) -> Duration {
 }
 
 async fn until_held(app: &AppState, count: usize) {
-    while app.limiter.waiters().held() != count {
+    while app.waiting.queues().held() != count {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -36,7 +36,7 @@ pub struct Decision {
     pub matched: Option<Matched>,
     /// The lease an admitted check of a concurrency bucket holds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease: Option<super::lease::Granted>,
+    pub lease: Option<Granted>,
     pub buckets: Vec<BucketDecision>,
     /// How long a check with `max_wait` was held (0: answered at once).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -180,13 +180,23 @@ impl Decision {
     }
 }
 
+/// A lease as an admitted check answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Granted {
+    pub id: String,
+    /// When the lease ends unless released or renewed (the earliest of its
+    /// buckets', when a check has several).
+    #[serde(serialize_with = "rfc3339_ms")]
+    pub expires_at: DateTime<Utc>,
+}
+
 /// Whole seconds from `now` to `then`, rounded up, never negative.
 pub fn seconds_until(now: DateTime<Utc>, then: DateTime<Utc>) -> u64 {
     let ms = (then - now).num_milliseconds().max(0) as u64;
     ms.div_ceil(1000)
 }
 
-pub(super) fn rfc3339_ms<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+fn rfc3339_ms<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
     match rfc3339_ms_fast(at) {
         Some(text) => s.serialize_str(std::str::from_utf8(&text).unwrap_or_default()),
         None => s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true)),

@@ -1,173 +1,90 @@
-//! Turns a check request into buckets, asks the store, and shapes the answer.
-//!
-//! This is where requests are validated ([`request`]), where keys are
-//! derived (never stored raw, [`key`]), where a policy's buckets become one
-//! batch so that a check of any number of buckets is one store call, and
-//! where a policy's choice for an unreachable store is applied.
+//! The `/check` path: a request planned into buckets (`plan.rs`: keys,
+//! limits, a matching override), asked of the store in one call, and
+//! shaped into a [`Decision`] (`decision.rs`) counted under its outcome.
 
-mod actions;
-mod api_overrides;
 mod decision;
-mod key;
-mod lease;
-mod outcomes;
-mod override_requests;
 mod plan;
-mod request;
-mod waiters;
-mod waiting;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use chrono::Utc;
 
-pub use actions::BlockRequest;
-pub use decision::{seconds_until, BucketDecision, Decision};
-pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
-pub use lease::{refused_leasing, Granted};
-use outcomes::Shape;
-pub use override_requests::{watch_overrides, OverrideError, OverrideRequest};
+pub use decision::{seconds_until, BucketDecision, Decision, Granted};
+pub(super) use plan::bucket_spec;
 pub use plan::{Applied, Matched, MatchedBy, Plan};
-pub use request::{CheckRequest, Invalid, MAX_KEY_LEN};
-pub use waiters::{WaitLimits, Waiters};
-pub use waiting::wake_on_releases;
 
+use super::leases;
+use super::request::{CheckError, CheckRequest, Invalid};
+use super::shared::Shared;
 use crate::algorithm::Algorithm;
 use crate::policy::{OnStoreError, Policies};
 use crate::storage::{Answer, BucketAnswer, Check, Store, StoreError, StoreKind};
-use crate::telemetry::PolicyCounters;
 
-/// Why a check (or an action) has no answer. A denial is a decision, not
-/// one of these.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error(transparent)]
-    Invalid(#[from] Invalid),
-    /// Postgres cannot answer and the check's policy fails closed (or the
-    /// action needs Postgres).
-    #[error("the counter store is unavailable")]
-    StoreUnavailable,
+/// Decides checks. A handle: clones share one [`Shared`].
+pub struct Checks<S> {
+    pub(super) shared: Arc<Shared<S>>,
 }
 
-pub struct Limiter<S> {
-    store: S,
-    /// Swapped whole on reload: a check reads it once, so checks in flight
-    /// finish on the policies they started with.
-    in_force: ArcSwap<InForce>,
-    /// The counters of ad hoc keys.
-    adhoc: Arc<PolicyCounters>,
-    secret: KeySecret,
-    /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
-    shadow_all: bool,
-    /// Overrides set through the API, swapped whole on every change.
-    api_overrides: ArcSwap<api_overrides::ApiOverrides>,
-    /// Held while loading them (see [`Limiter::refresh_overrides`]).
-    refreshing: tokio::sync::Mutex<()>,
-    /// Checks held by `max_wait` ([`waiting`]).
-    waiters: Waiters,
-}
-
-/// The policies in force, and their metrics, registered with them.
-struct InForce {
-    policies: Arc<Policies>,
-    counters: HashMap<String, Arc<PolicyCounters>>,
-}
-
-impl InForce {
-    /// Registers each policy's metrics for the outcomes it can have.
-    fn new(policies: Policies, shadow_all: bool) -> Self {
-        let counters = policies
-            .iter()
-            .map(|p| {
-                let (buckets, outcomes) =
-                    (p.buckets.iter().map(|b| &b.name), Shape::of(p, shadow_all).outcomes());
-                (p.name.to_string(), Arc::new(PolicyCounters::new(Some(&p.name), buckets, &outcomes)))
-            })
-            .collect();
-        Self { policies: Arc::new(policies), counters }
+impl<S> Clone for Checks<S> {
+    fn clone(&self) -> Self {
+        Self { shared: Arc::clone(&self.shared) }
     }
 }
 
-impl<S: Store> Limiter<S> {
-    /// `shadow_all` (`PGLIMIT_SHADOW`) puts every policy, and ad hoc keys,
-    /// in shadow mode.
-    pub fn new(store: S, policies: Policies, secret: KeySecret, shadow_all: bool) -> Self {
-        plan::warn_unknown_zones(&policies, |zone| store.knows_zone(zone));
-        let outcomes = Shape::ad_hoc(shadow_all).outcomes();
-        let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
-        let in_force = ArcSwap::from_pointee(InForce::new(policies, shadow_all));
-        let (api_overrides, refreshing) = (ArcSwap::default(), tokio::sync::Mutex::new(()));
-        let waiters = Waiters::new(WaitLimits::default());
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, refreshing, waiters }
+impl<S: Store> Checks<S> {
+    pub fn new(shared: Arc<Shared<S>>) -> Self {
+        Self { shared }
     }
 
-    /// The same limiter, holding checks within `limits` (the defaults
-    /// otherwise).
-    pub fn with_waiting(self, limits: WaitLimits) -> Self {
-        crate::telemetry::waits_expected(limits.max_waiting > 0);
-        Self { waiters: Waiters::new(limits), ..self }
-    }
-
+    /// The store checks are asked of.
     pub fn store(&self) -> &S {
-        &self.store
+        &self.shared.store
     }
 
     /// The policies in force.
     pub fn policies(&self) -> Arc<Policies> {
-        Arc::clone(&self.in_force.load().policies)
-    }
-
-    /// Puts `policies` in force for every check that starts from now on.
-    pub fn replace_policies(&self, policies: Policies) {
-        plan::warn_unknown_zones(&policies, |zone| self.store.knows_zone(zone));
-        self.in_force.store(Arc::new(InForce::new(policies, self.shadow_all)));
+        self.shared.policies()
     }
 
     /// The buckets `request` must check, with their keys, and what to do
     /// if Postgres cannot answer.
     pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
-        let in_force = self.in_force.load();
-        let counters =
-            |name: &str| in_force.counters.get(name).cloned().unwrap_or_else(|| Arc::clone(&self.adhoc));
-        let api = self.api_overrides.load();
-        plan::plan(&in_force.policies, &api, &self.secret, self.shadow_all, request, counters)
+        let shared = &*self.shared;
+        let in_force = shared.in_force.load();
+        let counters = |name: &str| in_force.counters(name, &shared.adhoc);
+        let api = shared.api_overrides.load();
+        plan::plan(&in_force.policies, &api, &shared.secret, shared.shadow_all, request, counters)
     }
 
     /// Decides `request`: `Ok` for both admitted and denied checks.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
         let mut plan = self.plan(request)?;
-        if let Some(slots) = plan.check.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
-            if !self.store.keeps_leases() {
-                return Err(CheckError::Invalid(Invalid::NoLeases { bucket: slots.name.clone() }));
-            }
-        }
-        plan::zones_known(&plan.check, |zone| self.store.knows_zone(zone))?;
-        let max_life = || lease::max_life(&self.policies(), request);
-        let lease = takes_lease(&plan.check).then(|| lease::mint(max_life()));
+        self.answerable(&plan.check)?;
+        let max_life = || leases::max_life(&self.policies(), request);
+        let lease = takes_lease(&plan.check).then(|| leases::mint(max_life()));
         plan.check.lease = lease.as_ref().map(|(_, stored)| *stored);
         let started = Instant::now();
         let answer = self.ask(&plan).await;
         let took = started.elapsed();
         let (answer, refused) = answer.inspect_err(|_| plan.counters.check("error", "none", took))?;
         let granted = lease.and_then(|(id, _)| granted(&plan.check, &answer, id));
-        let mut decision = Decision::new(&plan.check.buckets, answer);
-        decision.lease = granted;
-        if let Some(matched) = &plan.matched {
-            decision = decision.overridden(matched.clone());
-        }
-        let mut decision = decision.shadowed(plan.shadow);
-        if refused {
-            decision.would_allow = Some(false);
-        }
-        plan.counters.check(decision.outcome(), decision.store_label(), took);
-        let by_buckets = plan.matched.as_ref().is_none_or(|m| m.action != Applied::Deny);
-        for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
-            plan.counters.bucket_denied(&bucket.name);
-        }
+        let decision = decision(&plan, answer, granted, refused);
+        count(&plan, &decision, took);
         Ok(decision)
+    }
+
+    /// Refuses, alone and before it joins a batch, a check the store could
+    /// not decide: slots where no lease can be kept, or a calendar zone the
+    /// Postgres server does not know.
+    fn answerable(&self, check: &Check) -> Result<(), Invalid> {
+        let store = &self.shared.store;
+        if let Some(slots) = check.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
+            if !store.keeps_leases() {
+                return Err(Invalid::NoLeases { bucket: slots.name.clone() });
+            }
+        }
+        plan::zones_known(check, |zone| store.knows_zone(zone))
     }
 
     /// The store's answer, and whether enforcing would have refused the
@@ -178,12 +95,12 @@ impl<S: Store> Limiter<S> {
     async fn ask(&self, plan: &Plan) -> Result<(Answer, bool), CheckError> {
         match plan.matched.as_ref().map(|m| m.action) {
             Some(Applied::Deny) => {
-                return Ok((uncounted(&plan.check, false, self.store.is_degraded()), false))
+                return Ok((uncounted(&plan.check, false, self.shared.store.is_degraded()), false))
             }
             Some(Applied::Unlimited) => return Ok((self.unless_blocked(&plan.check).await, false)),
             Some(Applied::Limits) | None => {}
         }
-        match self.store.check(&plan.check).await {
+        match self.shared.store.check(&plan.check).await {
             Ok(answer) => Ok((answer, false)),
             Err(StoreError::Unavailable) if plan.on_store_error == OnStoreError::Allow => {
                 Ok((uncounted(&plan.check, true, true), false))
@@ -204,7 +121,7 @@ impl<S: Store> Limiter<S> {
     /// it, the allow-list stands, as it did before blocks were asked.
     async fn unless_blocked(&self, check: &Check) -> Answer {
         let peek = Check { cost: 0, ..check.clone() };
-        match self.store.check(&peek).await {
+        match self.shared.store.check(&peek).await {
             Ok(mut answer) if answer.buckets.iter().any(|b| b.blocked) => {
                 for bucket in answer.buckets.iter_mut().filter(|b| !b.blocked) {
                     bucket.allowed = true;
@@ -212,8 +129,33 @@ impl<S: Store> Limiter<S> {
                 }
                 answer
             }
-            _ => uncounted(check, true, self.store.is_degraded()),
+            _ => uncounted(check, true, self.shared.store.is_degraded()),
         }
+    }
+}
+
+/// The store's `answer` to `plan` as the caller sees it: with the lease
+/// it took, the override that matched, and in shadow mode admitted.
+fn decision(plan: &Plan, answer: Answer, lease: Option<Granted>, refused: bool) -> Decision {
+    let mut decision = Decision::new(&plan.check.buckets, answer);
+    decision.lease = lease;
+    if let Some(matched) = &plan.matched {
+        decision = decision.overridden(matched.clone());
+    }
+    let mut decision = decision.shadowed(plan.shadow);
+    if refused {
+        decision.would_allow = Some(false);
+    }
+    decision
+}
+
+/// Counts `decision` under its outcome, and each bucket that denied it;
+/// a deny list's refusal is no bucket's denial.
+fn count(plan: &Plan, decision: &Decision, took: Duration) {
+    plan.counters.check(decision.outcome(), decision.store_label(), took);
+    let by_buckets = plan.matched.as_ref().is_none_or(|m| m.action != Applied::Deny);
+    for bucket in decision.buckets.iter().filter(|b| !b.allowed && by_buckets) {
+        plan.counters.bucket_denied(&bucket.name);
     }
 }
 

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::api_overrides::ApiOverrides;
-use super::key::{bucket_key, KeyScope, KeySecret};
-use super::request::{self, CheckRequest, Invalid};
+use crate::limiter::key::{bucket_key, KeyScope, KeySecret};
+use crate::limiter::overrides::in_force::ApiOverrides;
+use crate::limiter::request::{self, CheckRequest, Invalid};
 use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
 use crate::storage::{BucketSpec, Check, Lockout, MemoryFallback};
 use crate::telemetry::PolicyCounters;
@@ -129,7 +129,7 @@ fn applied(action: &OverrideAction) -> Applied {
 
 /// Bucket `b` of `policy` over these normalised values, or `None` if a
 /// value it counts over is not among them (a block may name only some).
-pub(super) fn bucket_spec(
+pub(in crate::limiter) fn bucket_spec(
     secret: &KeySecret,
     policy: &Policy,
     b: &BucketDef,
@@ -165,19 +165,6 @@ pub(super) fn zones_known(check: &Check, knows: impl Fn(&str) -> bool) -> Result
              pg_timezone_names lacks it: its tzdata is older than pglimit's); update the server's tzdata \
              or use another zone"
         ))),
-    }
-}
-
-/// Warns of each calendar zone in `policies` the store cannot decide: their
-/// checks are refused until the server knows it.
-pub(super) fn warn_unknown_zones(policies: &Policies, knows: impl Fn(&str) -> bool) {
-    for policy in policies.iter() {
-        let zones = policy.buckets.iter().filter_map(|b| Some((&b.name, b.calendar?.zone.name())));
-        for (bucket, zone) in zones.filter(|(_, zone)| !knows(zone)) {
-            tracing::warn!(policy = %policy.name, %bucket, zone, "the PostgreSQL server does not know this \
-                bucket's timezone (its pg_timezone_names lacks it): its checks are refused with a 400 until \
-                the server's tzdata is updated");
-        }
     }
 }
 

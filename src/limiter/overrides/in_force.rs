@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::key::{bucket_key, KeyScope, KeySecret};
+use crate::limiter::key::{bucket_key, KeyScope, KeySecret};
 use crate::policy::{IdentifierKind, OverrideAction, Pattern};
 use crate::storage::{Key, LoadedOverrides, StoredOverride};
 

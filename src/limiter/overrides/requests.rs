@@ -1,18 +1,16 @@
-//! Setting, listing and removing API overrides, and keeping every
-//! instance's copy of them current: validated here as the policy file's
-//! overrides are, stored in Postgres, reloaded whole on every change.
+//! An API override as `POST /admin/overrides` asks for it, and its
+//! validation into the form Postgres stores: against the policy it names,
+//! as the policy file's overrides are, every mistake named by its field.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::actions::MAX_REASON_LEN;
-use super::api_overrides::{stored_form, ApiOverrides};
-use super::Limiter;
-use crate::policy::{Pattern, Policy};
-use crate::storage::{AddedOverride, Overrides, Store, StoreError, StoredOverride};
+use super::in_force::stored_form;
+use crate::limiter::key::KeySecret;
+use crate::limiter::request::MAX_REASON_LEN;
+use crate::policy::{Pattern, Policies, Policy};
+use crate::storage::StoredOverride;
 
 /// An override as `POST /admin/overrides` gives it: `when`, exactly one of
 /// the three actions, and optionally `until` (RFC 3339) and `note`.
@@ -41,118 +39,44 @@ fn invalid(field: impl Into<String>, detail: impl Into<String>) -> OverrideError
     OverrideError::Invalid { field: field.into(), detail: detail.into() }
 }
 
-/// After the store fails to load overrides, how long before it is asked again.
-const RETRY_EVERY: Duration = Duration::from_secs(1);
-
-/// How often the reload task wakes with nothing heard, to end once its
-/// limiter is gone.
-const ALIVE_CHECK_EVERY: Duration = Duration::from_secs(5);
-
-impl<S: Store + Overrides> Limiter<S> {
-    /// Validates and stores `request`, in place of the policy's overrides
-    /// with the same `when`; this instance applies it before answering, the
-    /// others when they hear of it.
-    pub async fn add_override(&self, request: &OverrideRequest) -> Result<AddedOverride, OverrideError> {
-        let policies = self.policies();
-        let policy = policies
-            .get(&request.policy)
-            .ok_or_else(|| OverrideError::UnknownPolicy(request.policy.clone()))?;
-        let new = StoredOverride {
-            id: format!("ovr_{}", hex::encode(rand::random::<[u8; 12]>())),
-            policy: request.policy.clone(),
-            when: self.validate_when(policy, &request.when)?,
-            action: action(request)?.to_owned(),
-            limits: validate_limits(policy, request.limits.as_ref())?,
-            until: validate_until(request.until.as_deref())?,
-            note: validate_note(request.note.as_deref())?,
-            created_at: Utc::now(),
-        };
-        let added = self.store.add_override(&new).await.map_err(unavailable)?;
-        self.refresh_logged().await;
-        Ok(added)
-    }
-
-    /// Removes one; `false` if there is none with that id.
-    pub async fn remove_override(&self, id: &str) -> Result<bool, OverrideError> {
-        let removed = self.store.remove_override(id).await.map_err(unavailable)?;
-        self.refresh_logged().await;
-        Ok(removed)
-    }
-
-    pub async fn overrides(
-        &self,
-        policy: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<StoredOverride>, OverrideError> {
-        self.store.list_overrides(policy, limit).await.map_err(unavailable)
-    }
-
-    /// Loads the overrides if they changed since the last load. Loads
-    /// take turns, so an older one never replaces a newer.
-    pub async fn refresh_overrides(&self) -> Result<(), StoreError> {
-        let _turn = self.refreshing.lock().await;
-        let loaded = self.api_overrides.load().generation;
-        if let Some(fresh) = self.store.load_overrides(loaded).await? {
-            let (generation, count) = (fresh.generation, fresh.overrides.len());
-            self.api_overrides.store(Arc::new(ApiOverrides::new(fresh)));
-            tracing::debug!(generation, count, "API overrides loaded");
-        }
-        Ok(())
-    }
-
-    async fn refresh_logged(&self) {
-        if let Err(e) = self.refresh_overrides().await {
-            tracing::warn!(error = %e, "API overrides could not be reloaded; they will be on the next change heard");
-        }
-    }
-
-    fn validate_when(
-        &self,
-        policy: &Policy,
-        when: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, OverrideError> {
-        if when.is_empty() {
-            return Err(invalid("when", "list at least one identifier and the pattern it must match"));
-        }
-        let mut stored = BTreeMap::new();
-        for (name, text) in when {
-            let Some(&kind) = policy.identifiers.get(name) else {
-                return Err(invalid("when", format!("{name:?} is not one of this policy's identifiers")));
-            };
-            let pattern = Pattern::parse(kind, text).map_err(|e| invalid(format!("when.{name}"), e))?;
-            stored.insert(name.clone(), stored_form(&self.secret, &policy.name, name, &pattern));
-        }
-        Ok(stored)
-    }
+/// `request` as it is stored, if it is valid against the policies in
+/// force: an exact value keyed with `secret`, never kept as it was given.
+pub(super) fn validate(
+    request: &OverrideRequest,
+    policies: &Policies,
+    secret: &KeySecret,
+) -> Result<StoredOverride, OverrideError> {
+    let policy =
+        policies.get(&request.policy).ok_or_else(|| OverrideError::UnknownPolicy(request.policy.clone()))?;
+    Ok(StoredOverride {
+        id: format!("ovr_{}", hex::encode(rand::random::<[u8; 12]>())),
+        policy: request.policy.clone(),
+        when: validate_when(policy, &request.when, secret)?,
+        action: action(request)?.to_owned(),
+        limits: validate_limits(policy, request.limits.as_ref())?,
+        until: validate_until(request.until.as_deref())?,
+        note: validate_note(request.note.as_deref())?,
+        created_at: Utc::now(),
+    })
 }
 
-/// Loads the overrides now, then again whenever they may have changed,
-/// for as long as `limiter` lives.
-pub async fn watch_overrides<S: Store + Overrides>(limiter: &Arc<Limiter<S>>) {
-    if let Err(e) = limiter.refresh_overrides().await {
-        tracing::warn!(error = %e, "API overrides could not be loaded at start-up; retrying");
+fn validate_when(
+    policy: &Policy,
+    when: &BTreeMap<String, String>,
+    secret: &KeySecret,
+) -> Result<BTreeMap<String, String>, OverrideError> {
+    if when.is_empty() {
+        return Err(invalid("when", "list at least one identifier and the pattern it must match"));
     }
-    let limiter: Weak<Limiter<S>> = Arc::downgrade(limiter);
-    tokio::spawn(async move {
-        // A failed load (Postgres away) is retried, each turn holding the
-        // limiter only for its while, so that the task ends with it.
-        let mut failed = false;
-        loop {
-            let Some(live) = limiter.upgrade() else { return };
-            let heard = failed
-                || tokio::select! {
-                    () = live.store.overrides_may_have_changed() => true,
-                    () = tokio::time::sleep(ALIVE_CHECK_EVERY) => false,
-                };
-            if heard {
-                failed = live.refresh_overrides().await.is_err();
-            }
-            drop(live);
-            if failed {
-                tokio::time::sleep(RETRY_EVERY).await;
-            }
-        }
-    });
+    let mut stored = BTreeMap::new();
+    for (name, text) in when {
+        let Some(&kind) = policy.identifiers.get(name) else {
+            return Err(invalid("when", format!("{name:?} is not one of this policy's identifiers")));
+        };
+        let pattern = Pattern::parse(kind, text).map_err(|e| invalid(format!("when.{name}"), e))?;
+        stored.insert(name.clone(), stored_form(secret, &policy.name, name, &pattern));
+    }
+    Ok(stored)
 }
 
 /// Exactly one of `limits`, `unlimited: true` and `deny: true`, as in the file.
@@ -223,11 +147,4 @@ fn validate_note(note: Option<&str>) -> Result<Option<String>, OverrideError> {
         }
         note => Ok(note.map(str::to_owned)),
     }
-}
-
-fn unavailable(e: StoreError) -> OverrideError {
-    if !matches!(e, StoreError::Unavailable) {
-        tracing::warn!(error = %e, "a change to API overrides failed");
-    }
-    OverrideError::Unavailable
 }

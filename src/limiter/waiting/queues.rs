@@ -1,13 +1,11 @@
 //! The requests held by `max_wait`: one queue per key waited on, served in
 //! arrival order within this instance, a bound on how many are held (and a
-//! share of it per key), and the two ways to hurry them: [`Waiters::wake`]
-//! (room was freed on a key) and [`Waiters::close`] (the service is
+//! share of it per key), and the two ways to hurry them: [`Queues::wake`]
+//! (room was freed on a key) and [`Queues::close`] (the service is
 //! shutting down).
 //!
 //! Queues signal through `watch` channels rather than `Notify`: a waiter
 //! that is between two looks at its queue still sees a change made then.
-
-mod waiter;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -15,8 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use waiter::Queues;
-pub use waiter::Waiter;
+use super::waiter::{ByKey, Waiter};
 
 use crate::policy::MAX_WAIT_CEILING;
 use crate::storage::Key;
@@ -58,19 +55,20 @@ impl Default for WaitLimits {
     }
 }
 
-pub struct Waiters {
+/// Every queue of held requests on this instance, and the bound on them.
+pub struct Queues {
     limits: WaitLimits,
-    queues: Mutex<Queues>,
-    held: AtomicUsize,
+    queues: Mutex<ByKey>,
+    pub(super) held: AtomicUsize,
     tickets: AtomicU64,
-    closing: watch::Sender<bool>,
+    pub(super) closing: watch::Sender<bool>,
     /// Releases are not heard here: waiters for slots poll.
     polls: AtomicBool,
     /// Bumped by every wake, under the `queues` lock.
     wakes: AtomicU64,
 }
 
-impl Waiters {
+impl Queues {
     pub fn new(limits: WaitLimits) -> Self {
         let (closing, _) = watch::channel(false);
         Self {
@@ -88,7 +86,7 @@ impl Waiters {
         self.limits
     }
 
-    /// Releases will not be heard ([`Waiters::wake`] never called): a
+    /// Releases will not be heard ([`Queues::wake`] never called): a
     /// request waiting for a slot rechecks at intervals instead.
     pub fn poll_for_releases(&self) {
         self.polls.store(true, Ordering::Relaxed);
@@ -168,7 +166,7 @@ impl Waiters {
     }
 
     /// Whether `key`'s queue may take one more: fewer than its share.
-    fn has_room(&self, queues: &Queues, key: &Key) -> bool {
+    pub(super) fn has_room(&self, queues: &ByKey, key: &Key) -> bool {
         queues.get(key).is_none_or(|queue| queue.len() < self.limits.per_key())
     }
 
@@ -178,14 +176,14 @@ impl Waiters {
         self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Queues> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, ByKey> {
         lock(&self.queues)
     }
 }
 
 /// A poisoned lock only means a waiter panicked while holding it; the
 /// queue itself is still whole (every change is one call).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -193,13 +191,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    fn waiters(max_waiting: usize) -> Waiters {
-        Waiters::new(WaitLimits { max_waiting, max_wait: Duration::from_secs(1) })
+    fn queues(max_waiting: usize) -> Queues {
+        Queues::new(WaitLimits { max_waiting, max_wait: Duration::from_secs(1) })
     }
 
     #[test]
     fn the_first_to_enter_is_first_and_the_next_follows_when_it_leaves() {
-        let w = waiters(20);
+        let w = queues(20);
         let (first, second) = (w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room"));
         assert!(first.is_first() && !second.is_first());
         drop(first);
@@ -209,7 +207,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_or_after_close_nobody_is_held() {
-        let w = waiters(1);
+        let w = queues(1);
         let held = w.enter([1; 32]).expect("room");
         assert!(w.enter([2; 32]).is_none(), "the bound is per instance, not per key");
         drop(held);
@@ -220,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_queue_is_forgotten_when_its_last_waiter_leaves() {
-        let w = waiters(4);
+        let w = queues(4);
         let waiter = w.enter([3; 32]).expect("room");
         assert_eq!(w.queued_on([&[9; 32], &[3; 32]]), Some([3; 32]));
         drop(waiter);
@@ -228,8 +226,8 @@ mod tests {
     }
 
     #[test]
-    fn waking_a_key_tells_its_waiters() {
-        let w = waiters(4);
+    fn waking_a_key_tells_its_queues() {
+        let w = queues(4);
         let mut waiter = w.enter([5; 32]).expect("room");
         waiter.changed.mark_unchanged();
         w.wake(&[5; 32]);
@@ -238,7 +236,7 @@ mod tests {
 
     #[test]
     fn waking_all_tells_the_waiters_of_every_key() {
-        let w = waiters(4);
+        let w = queues(4);
         let mut places = [w.enter([6; 32]).expect("room"), w.enter([7; 32]).expect("room")];
         places.iter_mut().for_each(|p| p.changed.mark_unchanged());
         w.wake_all();
@@ -247,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_wake_before_anyone_waits_is_counted_for_those_about_to() {
-        let w = waiters(4);
+        let w = queues(4);
         let seen = w.wakes();
         w.wake(&[8; 32]);
         let _place = w.enter([8; 32]).expect("room");
@@ -256,9 +254,9 @@ mod tests {
 
     #[test]
     fn a_key_holds_at_most_a_tenth_of_the_pool_rounded_up() {
-        let share = |max_waiting| waiters(max_waiting).limits().per_key();
+        let share = |max_waiting| queues(max_waiting).limits().per_key();
         assert_eq!((share(500), share(20), share(15), share(1)), (50, 2, 2, 1));
-        let w = waiters(20);
+        let w = queues(20);
         let _held = [w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room")];
         assert!(w.enter([1; 32]).is_none(), "past its share");
         assert!(w.enter([2; 32]).is_some(), "another key still has room");
@@ -266,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_waiter_moving_to_another_key_lets_the_next_on_its_old_key_recheck() {
-        let w = waiters(20);
+        let w = queues(20);
         let (mut first, mut second) = (w.enter([1; 32]).expect("room"), w.enter([1; 32]).expect("room"));
         second.changed.mark_unchanged();
         assert!(first.move_to([2; 32]));
@@ -279,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_waiter_does_not_move_to_a_key_holding_its_share() {
-        let w = waiters(20);
+        let w = queues(20);
         let _full = [w.enter([2; 32]).expect("room"), w.enter([2; 32]).expect("room")];
         let mut waiter = w.enter([1; 32]).expect("room");
         assert!(!waiter.move_to([2; 32]));

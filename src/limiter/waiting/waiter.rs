@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::{lock, Waiters};
+use super::queues::{lock, Queues};
 use crate::storage::Key;
 use crate::telemetry;
 
 /// Every key with requests held on it, and its queue.
-pub(super) type Queues = HashMap<Key, Arc<Queue>>;
+pub(super) type ByKey = HashMap<Key, Arc<Queue>>;
 
 /// The waiters on one key, first come first.
 pub(super) struct Queue {
@@ -41,7 +41,7 @@ impl Queue {
 /// A held request's place in its key's queue; leaving (dropping it) lets
 /// the next one recheck.
 pub struct Waiter<'w> {
-    waiters: &'w Waiters,
+    queues: &'w Queues,
     key: Key,
     ticket: u64,
     queue: Arc<Queue>,
@@ -51,11 +51,11 @@ pub struct Waiter<'w> {
 
 impl<'w> Waiter<'w> {
     /// A place at the back of `key`'s queue, which has room for it
-    /// ([`Waiters::has_room`]); it is counted as held already.
-    pub(super) fn join(waiters: &'w Waiters, queues: &mut Queues, key: Key, ticket: u64) -> Self {
-        let queue = join(queues, key, ticket);
-        let (changed, closing) = (queue.changed.subscribe(), waiters.closing.subscribe());
-        Self { waiters, key, ticket, queue, changed, closing }
+    /// ([`Queues::has_room`]); it is counted as held already.
+    pub(super) fn join(queues: &'w Queues, by_key: &mut ByKey, key: Key, ticket: u64) -> Self {
+        let queue = join(by_key, key, ticket);
+        let (changed, closing) = (queue.changed.subscribe(), queues.closing.subscribe());
+        Self { queues, key, ticket, queue, changed, closing }
     }
 
     /// The key whose queue it is in: the bucket it waits on.
@@ -75,12 +75,12 @@ impl<'w> Waiter<'w> {
         if key == self.key {
             return true;
         }
-        let mut queues = self.waiters.lock();
-        if !self.waiters.has_room(&queues, &key) {
+        let mut by_key = self.queues.lock();
+        if !self.queues.has_room(&by_key, &key) {
             return false;
         }
-        leave(&mut queues, self.key, &self.queue, self.ticket);
-        self.queue = join(&mut queues, key, self.ticket);
+        leave(&mut by_key, self.key, &self.queue, self.ticket);
+        self.queue = join(&mut by_key, key, self.ticket);
         self.changed = self.queue.changed.subscribe();
         self.key = key;
         true
@@ -89,14 +89,14 @@ impl<'w> Waiter<'w> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        leave(&mut self.waiters.lock(), self.key, &self.queue, self.ticket);
-        let held = self.waiters.held.fetch_sub(1, Ordering::AcqRel) - 1;
+        leave(&mut self.queues.lock(), self.key, &self.queue, self.ticket);
+        let held = self.queues.held.fetch_sub(1, Ordering::AcqRel) - 1;
         telemetry::waiting(held);
     }
 }
 
 /// Puts `ticket` at the back of `key`'s queue, made if need be.
-fn join(queues: &mut Queues, key: Key, ticket: u64) -> Arc<Queue> {
+fn join(queues: &mut ByKey, key: Key, ticket: u64) -> Arc<Queue> {
     let queue = Arc::clone(queues.entry(key).or_insert_with(Queue::new));
     lock(&queue.order).push_back(ticket);
     queue
@@ -104,7 +104,7 @@ fn join(queues: &mut Queues, key: Key, ticket: u64) -> Arc<Queue> {
 
 /// Takes `ticket` out of `key`'s queue: the queue is forgotten once empty,
 /// and its new first rechecks when `ticket` was first.
-fn leave(queues: &mut Queues, key: Key, queue: &Queue, ticket: u64) {
+fn leave(queues: &mut ByKey, key: Key, queue: &Queue, ticket: u64) {
     let mut order = lock(&queue.order);
     let was_first = order.front() == Some(&ticket);
     order.retain(|t| *t != ticket);

@@ -7,7 +7,7 @@ use crate::telemetry::Outcome;
 
 /// What about a policy decides which outcomes its checks can have.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Shape {
+pub(in crate::limiter) struct Shape {
     pub shadow: bool,
     pub on_store_error: OnStoreError,
     /// An `unlimited = true` override: admitted uncounted.

@@ -1,0 +1,98 @@
+//! What every limiter service reads: the store, the policies in force (and
+//! their metrics), the API overrides in force, and the key secret. Each
+//! service holds an `Arc` of one [`Shared`], so that a reload or a new API
+//! override is seen by all of them from the next request on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::key::KeySecret;
+use super::outcomes::Shape;
+use super::overrides::in_force::ApiOverrides;
+use crate::policy::Policies;
+use crate::storage::Store;
+use crate::telemetry::PolicyCounters;
+
+pub struct Shared<S> {
+    pub(super) store: S,
+    /// Swapped whole on reload: a check reads it once, so checks in flight
+    /// finish on the policies they started with.
+    pub(super) in_force: ArcSwap<PoliciesInForce>,
+    /// The counters of ad hoc keys.
+    pub(super) adhoc: Arc<PolicyCounters>,
+    pub(super) secret: KeySecret,
+    /// `PGLIMIT_SHADOW`: every policy, and ad hoc keys, in shadow mode.
+    pub(super) shadow_all: bool,
+    /// Overrides set through the API, swapped whole on every change.
+    pub(super) api_overrides: ArcSwap<ApiOverrides>,
+}
+
+/// The policies in force, and their metrics, registered with them.
+pub(super) struct PoliciesInForce {
+    pub policies: Arc<Policies>,
+    pub counters: HashMap<String, Arc<PolicyCounters>>,
+}
+
+impl PoliciesInForce {
+    /// Registers each policy's metrics for the outcomes it can have.
+    fn new(policies: Policies, shadow_all: bool) -> Self {
+        let counters = policies
+            .iter()
+            .map(|p| {
+                let (buckets, outcomes) =
+                    (p.buckets.iter().map(|b| &b.name), Shape::of(p, shadow_all).outcomes());
+                (p.name.to_string(), Arc::new(PolicyCounters::new(Some(&p.name), buckets, &outcomes)))
+            })
+            .collect();
+        Self { policies: Arc::new(policies), counters }
+    }
+
+    /// The counters of the policy `name`, or, for ad hoc keys, `adhoc`.
+    pub fn counters(&self, name: &str, adhoc: &Arc<PolicyCounters>) -> Arc<PolicyCounters> {
+        self.counters.get(name).cloned().unwrap_or_else(|| Arc::clone(adhoc))
+    }
+}
+
+impl<S: Store> Shared<S> {
+    /// `shadow_all` (`PGLIMIT_SHADOW`) puts every policy, and ad hoc keys,
+    /// in shadow mode. No API override is in force until
+    /// [`super::Overrides::watch`] loads them.
+    pub fn new(store: S, policies: Policies, secret: KeySecret, shadow_all: bool) -> Self {
+        warn_unknown_zones(&policies, |zone| store.knows_zone(zone));
+        let outcomes = Shape::ad_hoc(shadow_all).outcomes();
+        let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
+        let in_force = ArcSwap::from_pointee(PoliciesInForce::new(policies, shadow_all));
+        let api_overrides = ArcSwap::default();
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The policies in force.
+    pub fn policies(&self) -> Arc<Policies> {
+        Arc::clone(&self.in_force.load().policies)
+    }
+
+    /// Puts `policies` in force for every check that starts from now on.
+    pub fn replace_policies(&self, policies: Policies) {
+        warn_unknown_zones(&policies, |zone| self.store.knows_zone(zone));
+        self.in_force.store(Arc::new(PoliciesInForce::new(policies, self.shadow_all)));
+    }
+}
+
+/// Warns of each calendar zone in `policies` the store cannot decide: their
+/// checks are refused until the server knows it.
+fn warn_unknown_zones(policies: &Policies, knows: impl Fn(&str) -> bool) {
+    for policy in policies.iter() {
+        let zones = policy.buckets.iter().filter_map(|b| Some((&b.name, b.calendar?.zone.name())));
+        for (bucket, zone) in zones.filter(|(_, zone)| !knows(zone)) {
+            tracing::warn!(policy = %policy.name, %bucket, zone, "the PostgreSQL server does not know this \
+                bucket's timezone (its pg_timezone_names lacks it): its checks are refused with a 400 until \
+                the server's tzdata is updated");
+        }
+    }
+}
