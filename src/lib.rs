@@ -21,15 +21,21 @@
 //!
 //! - [`algorithm`]: the pure model: five algorithms, the limit rule, all or
 //!   nothing across buckets. Knows nothing of configuration or HTTP.
-//! - [`policy`]: named policies from TOML; identifier kinds and normalisation.
+//! - [`policy`]: named policies from TOML; identifier kinds and
+//!   normalisation; the file's overrides and which one applies.
 //! - [`storage`]: the [`storage::Store`] trait; Postgres (on one node, or
 //!   distributed over a Citus cluster, one worker per call; lanes that batch
 //!   concurrent checks), memory, the fallback between them, the deny cache.
-//! - [`limiter`]: validates a request, derives its keys
-//!   ([`limiter::bucket_key`]), asks the store, shapes a [`limiter::Decision`].
-//! - [`server`]: the router (a function tests call without a socket),
-//!   handlers, headers, auth, the request layers (ids, logs, timeout,
-//!   panics), `/metrics`, `serve`.
+//! - [`limiter`]: five services over one shared store and set of policies
+//!   ([`limiter::Shared`]): [`limiter::Checks`] validates a request, derives
+//!   its keys ([`limiter::bucket_key`]), asks the store and shapes a
+//!   [`limiter::Decision`]; [`limiter::Waiting`] holds a check with
+//!   `max_wait`; [`limiter::Leases`], [`limiter::Actions`] (reset, block)
+//!   and [`limiter::Overrides`] (set through the API) act on limits.
+//! - [`server`]: the router (a function tests call without a socket) and
+//!   its state ([`AppState`]: the limiter's five services and what HTTP
+//!   adds), handlers, headers, auth, the request layers (ids, logs,
+//!   timeout, panics), `/metrics`, `serve`.
 //! - [`telemetry`]: every metric's name and description, recorded through
 //!   the `metrics` facade and rendered by the Prometheus exporter; the
 //!   slow-check log.

@@ -15,6 +15,8 @@ use crate::policy::Policies;
 use crate::storage::Store;
 use crate::telemetry::PolicyCounters;
 
+/// The state every service of the limiter holds an `Arc` of; only the
+/// policies and the API overrides change, each swapped whole.
 pub struct Shared<S> {
     pub(super) store: S,
     /// Swapped whole on reload: a check reads it once, so checks in flight

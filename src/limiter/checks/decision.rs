@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::plan::{Applied, Matched};
 use crate::algorithm::Algorithm;
-use crate::storage::{Answer, BucketSpec, CallTiming, Key, StoreKind};
+use crate::storage::{Answer, BucketAnswer, BucketSpec, CallTiming, Key, StoreKind};
 
 /// The outcome of a check. A denial is a normal outcome, not an error.
 #[derive(Debug, Clone, Serialize)]
@@ -81,27 +81,9 @@ impl Decision {
     /// for longest, or else of the bucket with the least remaining.
     pub fn new(specs: &[BucketSpec], answer: Answer) -> Self {
         let allowed = answer.allowed();
-        let buckets: Vec<BucketDecision> = specs
-            .iter()
-            .zip(&answer.buckets)
-            .map(|(spec, state)| BucketDecision {
-                name: spec.name.clone(),
-                algorithm: spec.algorithm,
-                allowed: state.allowed,
-                limit: spec.limit,
-                remaining: state.remaining,
-                reset_at: state.reset_at,
-                blocked: state.blocked,
-                retry_at: state.retry_at,
-                window: spec.window,
-                key: spec.key,
-            })
-            .collect();
-        let headline = if allowed {
-            buckets.iter().min_by_key(|b| (b.remaining, std::cmp::Reverse(b.reset_at)))
-        } else {
-            buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))
-        };
+        let buckets: Vec<BucketDecision> =
+            specs.iter().zip(&answer.buckets).map(|(spec, state)| BucketDecision::of(spec, state)).collect();
+        let headline = headline(&buckets, allowed);
         let now = answer.now;
         let (limit, remaining, reset_at) =
             headline.map_or((0, 0, now), |b| (b.limit, b.remaining, b.reset_at));
@@ -188,6 +170,35 @@ pub struct Granted {
     /// buckets', when a check has several).
     #[serde(serialize_with = "rfc3339_ms")]
     pub expires_at: DateTime<Utc>,
+}
+
+impl BucketDecision {
+    /// The store's `state` of the bucket `spec` described.
+    fn of(spec: &BucketSpec, state: &BucketAnswer) -> Self {
+        BucketDecision {
+            name: spec.name.clone(),
+            algorithm: spec.algorithm,
+            allowed: state.allowed,
+            limit: spec.limit,
+            remaining: state.remaining,
+            reset_at: state.reset_at,
+            blocked: state.blocked,
+            retry_at: state.retry_at,
+            window: spec.window,
+            key: spec.key,
+        }
+    }
+}
+
+/// The bucket whose figures head the answer: of the denying ones, the one
+/// the caller must wait for longest; if none denied, the one with the least
+/// remaining (the later reset on a tie).
+fn headline(buckets: &[BucketDecision], allowed: bool) -> Option<&BucketDecision> {
+    if allowed {
+        buckets.iter().min_by_key(|b| (b.remaining, std::cmp::Reverse(b.reset_at)))
+    } else {
+        buckets.iter().filter(|b| !b.allowed).max_by_key(|b| b.retry_at.unwrap_or(b.reset_at))
+    }
 }
 
 /// Whole seconds from `now` to `then`, rounded up, never negative.

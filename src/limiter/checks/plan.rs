@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::limiter::key::{bucket_key, KeyScope, KeySecret};
 use crate::limiter::overrides::in_force::ApiOverrides;
-use crate::limiter::request::{self, CheckRequest, Invalid};
+use crate::limiter::request::{self, AdHoc, CheckRequest, Invalid};
 use crate::policy::{BucketDef, FallbackShare, Mode, OnStoreError, OverrideAction, Policies, Policy};
 use crate::storage::{BucketSpec, Check, Lockout, MemoryFallback};
 use crate::telemetry::PolicyCounters;
@@ -54,6 +54,8 @@ pub enum Applied {
     Deny,
 }
 
+/// What `request` checks, under the policies and the API overrides in
+/// force, counted on `counters` of its policy (or of ad hoc keys).
 pub(super) fn plan(
     policies: &Policies,
     api: &ApiOverrides,
@@ -66,17 +68,10 @@ pub(super) fn plan(
         CheckRequest::Policy { policy, identifiers, cost } => {
             let policy = policies.get(policy).ok_or_else(|| Invalid::UnknownPolicy(policy.clone()))?;
             let values = request::identifiers(policy, identifiers, *cost)?;
-            let api = api.matching(secret, &policy.name, &values);
-            let api = api.map(|o| (MatchedBy::Api { id: Arc::clone(&o.id) }, &o.action));
-            let file = policy.override_for(&values).map(|o| (MatchedBy::File { index: o.index }, &o.action));
-            let matched = stronger(api, file);
+            let matched = matched(api, secret, policy, &values);
             let over = matched.as_ref().map(|(_, action)| *action);
-            let limits = |b: &BucketDef| policy.limit_for(b, over);
-            let buckets =
-                policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, &values, limits(b)));
-            let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
             Ok(Plan {
-                check: Check { buckets: buckets.collect(), cost: *cost, fallback, lease: None },
+                check: policy_check(secret, policy, &values, *cost, over),
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
                 counters: counters(&policy.name),
@@ -85,24 +80,56 @@ pub(super) fn plan(
         }
         CheckRequest::AdHoc { key, limit, window, timezone, algorithm, cost } => {
             let valid = request::ad_hoc(key, *limit, window, timezone.as_deref(), *algorithm, *cost)?;
-            let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
-            let spec = BucketSpec {
-                name: Arc::from("default"),
-                key: bucket_key(secret, &scope),
-                limit: valid.limit,
-                window: valid.window,
-                algorithm: valid.algorithm,
-                lockout: None,
-                calendar: valid.calendar,
-            };
-            // Ad hoc keys fall back as a policy does by default.
-            let (on_store_error, share) = (OnStoreError::default(), FallbackShare::default());
-            let fallback = memory_fallback(on_store_error, share);
-            let check = Check { buckets: vec![spec], cost: *cost, fallback, lease: None };
-            let counters = counters(crate::telemetry::ADHOC);
+            let check = ad_hoc_check(secret, &valid, *cost);
+            let (on_store_error, counters) = (OnStoreError::default(), counters(crate::telemetry::ADHOC));
             Ok(Plan { check, on_store_error, shadow: shadow_all, counters, matched: None })
         }
     }
+}
+
+/// The override that applies to these values of `policy`, the API's or
+/// the file's, and which one it is.
+fn matched<'a>(
+    api: &'a ApiOverrides,
+    secret: &KeySecret,
+    policy: &'a Policy,
+    values: &BTreeMap<&str, String>,
+) -> Option<(MatchedBy, &'a OverrideAction)> {
+    let api = api.matching(secret, &policy.name, values);
+    let api = api.map(|o| (MatchedBy::Api { id: Arc::clone(&o.id) }, &o.action));
+    let file = policy.override_for(values).map(|o| (MatchedBy::File { index: o.index }, &o.action));
+    stronger(api, file)
+}
+
+/// Every bucket of `policy` over `values`, each at the limit that `over`
+/// (the action of the override that matched, if any) gives it.
+fn policy_check(
+    secret: &KeySecret,
+    policy: &Policy,
+    values: &BTreeMap<&str, String>,
+    cost: u64,
+    over: Option<&OverrideAction>,
+) -> Check {
+    let limits = |b: &BucketDef| policy.limit_for(b, over);
+    let buckets = policy.buckets.iter().filter_map(|b| bucket_spec(secret, policy, b, values, limits(b)));
+    let fallback = memory_fallback(policy.on_store_error, policy.fallback_share);
+    Check { buckets: buckets.collect(), cost, fallback, lease: None }
+}
+
+/// An ad hoc key's one bucket. It falls back as a policy does by default.
+fn ad_hoc_check(secret: &KeySecret, valid: &AdHoc<'_>, cost: u64) -> Check {
+    let scope = KeyScope::AdHoc { key: valid.key, algorithm: valid.algorithm };
+    let spec = BucketSpec {
+        name: Arc::from("default"),
+        key: bucket_key(secret, &scope),
+        limit: valid.limit,
+        window: valid.window,
+        algorithm: valid.algorithm,
+        lockout: None,
+        calendar: valid.calendar,
+    };
+    let fallback = memory_fallback(OnStoreError::default(), FallbackShare::default());
+    Check { buckets: vec![spec], cost, fallback, lease: None }
 }
 
 /// Which of the API's and the file's overrides applies: a deny from either,
