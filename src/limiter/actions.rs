@@ -1,6 +1,6 @@
 //! Acting on limits: a reset after a success, and an operator's blocks.
 //! Each action is one transaction in Postgres that every instance hears of
-//! (see `storage::Actions`); while Postgres is away they are refused.
+//! (see `storage::ActionStore`); while Postgres is away they are refused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub struct Actions<S> {
     checks: Checks<S>,
 }
 
-impl<S: Store + storage::Actions> Actions<S> {
+impl<S: Store + storage::ActionStore> Actions<S> {
     pub fn new(checks: Checks<S>) -> Self {
         Self { checks }
     }

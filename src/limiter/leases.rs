@@ -81,7 +81,7 @@ pub struct Leases<S> {
     shared: Arc<Shared<S>>,
 }
 
-impl<S: Store + storage::Leases> Leases<S> {
+impl<S: Store + storage::LeaseStore> Leases<S> {
     pub fn new(shared: Arc<Shared<S>>) -> Self {
         Self { shared }
     }

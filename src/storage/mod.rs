@@ -28,13 +28,15 @@ use crate::algorithm::{Algorithm, Calendar};
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;
-pub use overrides::{AddedOverride, LoadedOverrides, Overrides, StoredOverride, OVERRIDES_POLL_EVERY};
+pub use overrides::{AddedOverride, LoadedOverrides, OverrideStore, StoredOverride, OVERRIDES_POLL_EVERY};
 pub use postgres::{
     functions_schema, kept_connections, migrate, single_node_statement, Citus, CitusChecks, PgStore,
     PgStoreOptions, Pooler, Reach, ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
-pub use traits::{Actions, Block, BlockTarget, Freed, Held, Leases, Primary, Renewal, Store, Unabsorbed};
+pub use traits::{
+    ActionStore, Block, BlockTarget, Freed, Held, LeaseStore, Primary, Renewal, Store, Unabsorbed,
+};
 
 /// A stored bucket key: HMAC-SHA256 of what identifies the bucket.
 pub type Key = [u8; 32];

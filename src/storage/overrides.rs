@@ -51,7 +51,7 @@ pub struct LoadedOverrides {
 
 /// Changes to API overrides, made in Postgres in one transaction each and
 /// announced to every instance; refused while Postgres is away.
-pub trait Overrides: Send + Sync {
+pub trait OverrideStore: Send + Sync {
     /// Stores `new` (its `created_at` is set by the database) in place of
     /// the policy's overrides with the same `when`.
     fn add_override(

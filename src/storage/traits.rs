@@ -1,7 +1,7 @@
 //! What a store offers: deciding checks ([`Store`]), the operator's actions
-//! on buckets ([`Actions`]), leases ([`Leases`]), and what the primary
+//! on buckets ([`ActionStore`]), leases ([`LeaseStore`]), and what the primary
 //! store adds for the fallback ([`Primary`]). The API's overrides have
-//! their own trait, `Overrides`, in `storage/overrides.rs`.
+//! their own trait, `OverrideStore`, in `storage/overrides.rs`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub trait Store: Send + Sync + 'static {
 /// Changes made to limits by a caller or an operator. They are made in
 /// Postgres, in one transaction each, and every instance hears of them (see
 /// [`Store::take_stale`]); so they are refused while Postgres is away.
-pub trait Actions: Send + Sync {
+pub trait ActionStore: Send + Sync {
     /// Puts these buckets back to full (their rows deleted) and lifts their lockouts.
     fn reset(&self, keys: &[Key]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -77,7 +77,7 @@ pub trait Actions: Send + Sync {
 
 /// Leases of concurrency buckets, by the SHA-256 of their id (see
 /// `postgres/sql/leases.sql` and `fallback/releases.rs` for outages).
-pub trait Leases: Send + Sync {
+pub trait LeaseStore: Send + Sync {
     /// Frees the lease's slots: `Some(true)` if it held any, `Some(false)`
     /// if it was released already or has ended, `None` if there is no such
     /// lease.
@@ -137,7 +137,7 @@ pub struct Block {
 }
 
 /// What the fallback needs of the shared store, beyond checks.
-pub trait Primary: Store + Leases {
+pub trait Primary: Store + LeaseStore {
     /// Succeeds if the store answers within `budget`; changes nothing.
     fn ping(&self, budget: Duration) -> impl Future<Output = Result<(), StoreError>> + Send;
 

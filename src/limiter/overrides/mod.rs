@@ -36,7 +36,7 @@ pub struct Overrides<S> {
     refreshing: tokio::sync::Mutex<()>,
 }
 
-impl<S: Store + storage::Overrides> Overrides<S> {
+impl<S: Store + storage::OverrideStore> Overrides<S> {
     pub fn new(shared: Arc<Shared<S>>) -> Self {
         Self { shared, refreshing: tokio::sync::Mutex::new(()) }
     }

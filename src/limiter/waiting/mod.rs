@@ -29,7 +29,7 @@ pub use waiter::Waiter;
 
 use super::checks::{Checks, Decision};
 use super::request::{CheckError, CheckRequest, Invalid};
-use crate::storage::{Freed, Key, Leases, Store};
+use crate::storage::{Freed, Key, LeaseStore, Store};
 use crate::telemetry;
 
 /// Checks with `max_wait`: each is decided by [`Checks`], and held in
@@ -58,7 +58,7 @@ impl<S: Store> Waiting<S> {
     /// every `RELEASE_POLL` (`room.rs`).
     pub fn wake_on_releases(self: &Arc<Self>)
     where
-        S: Leases,
+        S: LeaseStore,
     {
         let Some(mut heard) = self.checks.store().releases_heard() else {
             self.queues.poll_for_releases();

@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Actions, Answer, Block, BlockTarget, Check, Freed, Key, Leases, Stale, Store, StoreError, StoreKind,
+    ActionStore, Answer, Block, BlockTarget, Check, Freed, Key, LeaseStore, Stale, Store, StoreError,
+    StoreKind,
 };
-use super::{AddedOverride, LoadedOverrides, Overrides, Renewal, StoredOverride};
+use super::{AddedOverride, LoadedOverrides, OverrideStore, Renewal, StoredOverride};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -154,7 +155,7 @@ impl<S: Store> Store for DenyCache<S> {
 
 /// Actions go through, and what they change is forgotten here at once (the
 /// other instances forget it when they hear of it).
-impl<S: Store + Actions> Actions for DenyCache<S> {
+impl<S: Store + ActionStore> ActionStore for DenyCache<S> {
     async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
         self.inner.reset(keys).await?;
         self.forget(&Stale::of(keys.iter().copied()));
@@ -183,7 +184,7 @@ impl<S: Store + Actions> Actions for DenyCache<S> {
 
 /// Overrides change limits, which are part of a check's fingerprint: no
 /// remembered denial needs forgetting.
-impl<S: Overrides> Overrides for DenyCache<S> {
+impl<S: OverrideStore> OverrideStore for DenyCache<S> {
     async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.inner.add_override(new).await
     }
@@ -211,7 +212,7 @@ impl<S: Overrides> Overrides for DenyCache<S> {
 
 /// Releases free slots, so a concurrency bucket's denial is never
 /// remembered (see `remember`); these only pass through.
-impl<S: Store + Leases> Leases for DenyCache<S> {
+impl<S: Store + LeaseStore> LeaseStore for DenyCache<S> {
     async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
         self.inner.release(id).await
     }

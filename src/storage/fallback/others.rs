@@ -8,15 +8,15 @@ use chrono::{DateTime, Utc};
 
 use super::FallbackStore;
 use crate::storage::{
-    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, Primary,
-    Renewal, Store, StoreError, StoredOverride,
+    ActionStore, AddedOverride, Block, BlockTarget, Freed, Key, LeaseStore, LoadedOverrides, OverrideStore,
+    Primary, Renewal, Store, StoreError, StoredOverride,
 };
 
 /// Leases are in Postgres: while this instance is degraded, a release is
 /// kept and written back when Postgres returns, within the bound
 /// `releases.rs` explains (the leases this instance knows of, `issued.rs`),
 /// and a renewal is refused (the lease then ends by itself).
-impl<P: Primary> Leases for FallbackStore<P> {
+impl<P: Primary> LeaseStore for FallbackStore<P> {
     async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
         if !self.is_degraded() {
             match self.inner.primary.release(id).await {
@@ -52,7 +52,7 @@ impl<P: Primary> Leases for FallbackStore<P> {
 
 /// Actions must reach every instance, which only Postgres can do: while
 /// this instance is degraded they are refused, not kept in memory.
-impl<P: Primary + Actions> Actions for FallbackStore<P> {
+impl<P: Primary + ActionStore> ActionStore for FallbackStore<P> {
     async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
         self.refuse_if_degraded()?;
         self.inner.primary.reset(keys).await
@@ -81,7 +81,7 @@ impl<P: Primary + Actions> Actions for FallbackStore<P> {
 
 /// Overrides are written and read in Postgres only: while degraded they are
 /// refused, and each instance keeps applying those it holds in memory.
-impl<P: Primary + Overrides> Overrides for FallbackStore<P> {
+impl<P: Primary + OverrideStore> OverrideStore for FallbackStore<P> {
     async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.refuse_if_degraded()?;
         self.inner.primary.add_override(new).await

@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::Utc;
 
 use super::issued::{Issued, MAX_ISSUED};
-use crate::storage::{Key, Leases, StoreError};
+use crate::storage::{Key, LeaseStore, StoreError};
 
 /// Releases of ids this instance cannot vouch for, kept at most however
 /// many instances there are.
@@ -90,7 +90,7 @@ impl OwedReleases {
     }
 
     /// Writes the kept releases to `primary`; returns how many are still owed.
-    pub async fn write_back(&self, primary: &impl Leases) -> usize {
+    pub async fn write_back(&self, primary: &impl LeaseStore) -> usize {
         let owed = std::mem::take(&mut *self.lock());
         let mut left = Vec::new();
         for (id, origin) in owed.ids {

@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 
 use super::PgStore;
 use crate::storage::{
-    Actions, AddedOverride, Block, BlockTarget, Freed, Key, Leases, LoadedOverrides, Overrides, Renewal,
-    StoreError, StoredOverride, OVERRIDES_POLL_EVERY,
+    ActionStore, AddedOverride, Block, BlockTarget, Freed, Key, LeaseStore, LoadedOverrides, OverrideStore,
+    Renewal, StoreError, StoredOverride, OVERRIDES_POLL_EVERY,
 };
 
-impl Actions for PgStore {
+impl ActionStore for PgStore {
     async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
         self.actions.reset(&self.session, keys).await
     }
@@ -36,7 +36,7 @@ impl Actions for PgStore {
     }
 }
 
-impl Overrides for PgStore {
+impl OverrideStore for PgStore {
     async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
         self.actions.add_override(&self.session, new).await
     }
@@ -70,7 +70,7 @@ impl Overrides for PgStore {
     }
 }
 
-impl Leases for PgStore {
+impl LeaseStore for PgStore {
     async fn release(&self, id: &Key) -> Result<Option<bool>, StoreError> {
         self.actions.release(&self.session, id).await
     }
