@@ -166,7 +166,8 @@ struct Linger {
 const LINGER_FOR: Duration = Duration::from_micros(200);
 
 /// Beyond this many checks in play, calls fill without waiting, and a wait
-/// would keep the database idle while the service answers (measured).
+/// would keep the database idle while the service answers
+/// (docs/performance.md, *Gathering at light load*).
 const LINGER_UP_TO: usize = 4;
 
 impl Linger {

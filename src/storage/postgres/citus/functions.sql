@@ -17,7 +17,7 @@
 -- copy that is about to be dropped. One call for all of a statement's
 -- shards: a PL/pgSQL call costs a worker more than the locks themselves.
 -- Every name is qualified, so the function needs no search path of its
--- own: setting one on every call cost a shard's upsert 12 µs.
+-- own: setting one on every call is a cost on every shard's upsert.
 CREATE OR REPLACE FUNCTION pglimit_lock_shards(p_shards bigint[])
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -205,8 +205,8 @@ $$;
 -- The cleanup, one route at a time (a distributed DELETE with SKIP LOCKED
 -- is refused): expired buckets, then ended blocks, on the route's shards
 -- by name, as pglimit_check_node writes them: through the distributed
--- tables each DELETE was planned by Citus on every call, 0.5 to 3 ms a
--- call where a check's statement takes 0.3.
+-- tables each DELETE was planned by Citus on every call, dearer than the
+-- checks' own statements (docs/scaling.md).
 CREATE OR REPLACE FUNCTION pglimit_cleanup_route(p_route integer, p_limit integer)
 RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE

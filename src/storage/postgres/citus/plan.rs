@@ -42,9 +42,8 @@ impl Statement {
 
 /// A statement over all of a worker's shards is taken when at least one in
 /// this many has checks: each empty segment costs its statement a few
-/// relations opened and locked, and a statement per shard costs a commit.
-/// With 16 shards a worker, at 8 and 32 clients: always all shards 1,800
-/// and 4,800 checks/s, never 2,000 and 2,700, one in 3 2,000 and 4,100
+/// relations opened and locked, and a statement per shard costs a commit;
+/// one in 3 did best of the shares measured
 /// (bench/results/2026-12-06-0632-ab-citus-joined.md).
 pub(super) const FILLED_SHARE: usize = 3;
 

@@ -40,13 +40,10 @@ ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy =
 RETURNING until";
 
 /// The write-back; logs travel as array literals (`{1,2}`): rows of
-/// different lengths cannot share one two-dimensional array. A row it
-/// creates to lock ends at the epoch, over for every clock (`sql/batch.sql`).
+/// different lengths cannot share one two-dimensional array. Its rows are
+/// created and locked as a check's are (`pglimit_lock_buckets`, `sql/batch.sql`).
 static ABSORB: AbsorbSql = AbsorbSql {
-    lock: "
-INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-SELECT k, 0, timestamptz 'epoch' FROM unnest($1::bytea[]) AS k ORDER BY k
-ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false",
+    lock: "SELECT pglimit_lock_buckets($1::bytea[])",
     read: "
 SELECT key, count, prev_count, pglimit_us(expires_at), coalesce(tat_us, 0), coalesce(log, '{}'),
        pglimit_us(now())

@@ -19,6 +19,37 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN j IS NULL OR jsonb_typeof(j) <> 'array' THEN NULL
             ELSE ARRAY(SELECT e::bigint FROM jsonb_array_elements_text(j) AS e) END;
 
+-- Creates the rows of `keys` that are missing and locks every one, in key
+-- order, so that batches sharing keys cannot deadlock: every statement
+-- that decides or writes back with locks starts here. DO UPDATE ... WHERE
+-- false writes nothing but still locks an existing row. A new row ends at
+-- the epoch, over for every clock: ending at now, it was a live window to
+-- a call whose clock is earlier (its transaction began first, then waited
+-- for this lock), and that call's take was lost when the window ended
+-- moments later.
+CREATE FUNCTION pglimit_lock_buckets(keys bytea[]) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pglimit_buckets AS t (key, count, expires_at)
+    SELECT DISTINCT u.key, 0, timestamptz 'epoch' FROM unnest(keys) AS u(key) ORDER BY 1
+    ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
+END
+$$;
+
+-- Lockouts: blocks `keys` until `untils_us`, each named by its bucket
+-- (`policy/bucket`), in key order like every other lock here. An operator's
+-- block that ends later is kept as it is.
+CREATE FUNCTION pglimit_lock_out(keys bytea[], untils_us bigint[], names text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
+    SELECT s.key, pglimit_ts(s.until_us), 'lockout', split_part(s.name, '/', 1), split_part(s.name, '/', 2)
+    FROM unnest(keys, untils_us, names) AS s(key, until_us, name) ORDER BY s.key
+    ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
+        policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
+    WHERE k.until < EXCLUDED.until;
+END
+$$;
+
 -- The decisions of a batch on the state of its distinct keys (k_*, locked
 -- by the caller; pos: each bucket's key among them): the loop that
 -- pglimit_check_batch and Citus' pglimit_check_node share, which differ
@@ -122,14 +153,7 @@ BEGIN
     IF coalesce(cardinality(p_keys), 0) = 0 THEN
         RETURN;
     END IF;
-    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row.
-    -- A new row ends at the epoch, over for every clock: ending at v_now, it
-    -- was a live window to a call whose clock is earlier (its transaction
-    -- began first, then waited for this lock), and that call's take was
-    -- lost when the window ended moments later.
-    INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-    SELECT DISTINCT u.key, 0, timestamptz 'epoch' FROM unnest(p_keys) AS u(key) ORDER BY 1
-    ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
+    PERFORM pglimit_lock_buckets(p_keys);
 
     SELECT array_agg(t.key ORDER BY t.key), array_agg(t.count ORDER BY t.key),
            array_agg(t.prev_count ORDER BY t.key), array_agg(pglimit_us(t.expires_at) ORDER BY t.key),
@@ -150,15 +174,10 @@ BEGIN
     FROM unnest(k_key, d.k_count, d.k_prev, d.k_exp, d.k_tat, d.k_log, d.k_dirty) AS s(key, c, p, e, tt, lg, dirty)
     WHERE s.dirty AND t.key = s.key;
 
-    -- Lockouts, in key order like every other lock here. An operator's block
-    -- that ends later is kept as it is.
-    INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
-    SELECT s.key, pglimit_ts(s.until_us), 'lockout', split_part(s.name, '/', 1), split_part(s.name, '/', 2)
-    FROM unnest(k_key, d.k_block, d.k_locked, d.k_name) AS s(key, until_us, locked, name)
-    WHERE s.locked ORDER BY s.key
-    ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
-        policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
-    WHERE k.until < EXCLUDED.until;
+    IF true = ANY (d.k_locked) THEN
+        PERFORM pglimit_lock_out(array_agg(s.key), array_agg(s.until_us), array_agg(s.name))
+        FROM unnest(k_key, d.k_block, d.k_locked, d.k_name) AS s(key, until_us, locked, name) WHERE s.locked;
+    END IF;
 
     -- Only a batch with a concurrency bucket has leases to write.
     IF pglimit_concurrency() = ANY (p_algos) THEN

@@ -1,8 +1,8 @@
 -- A set-based batch function for the common case of pglimit_check_batch:
 -- no key appears twice in the batch (random identities, policies with
 -- several buckets, any of the five algorithms, lockouts). Same arguments,
--- same rows, same decisions; it replaces the per-bucket PL/pgSQL loop
--- (measured at 0.5-1.7 ms a call in bench/run) by two statements.
+-- same rows, same decisions; it replaces the per-bucket PL/pgSQL loop,
+-- several times dearer (docs/performance.md), by two statements.
 --
 -- Why it is exact: the first statement creates missing rows (as expired
 -- rows) and locks every row in key order, as pglimit_check_batch does. A
@@ -42,11 +42,7 @@ BEGIN
     IF coalesce(cardinality(p_keys), 0) = 0 THEN
         RETURN;
     END IF;
-    -- DO UPDATE ... WHERE false writes nothing but still locks an existing row;
-    -- a new one ends at the epoch, over for every clock (see batch.sql).
-    INSERT INTO pglimit_buckets AS t (key, count, expires_at)
-    SELECT u.key, 0, timestamptz 'epoch' FROM unnest(p_keys) AS u(key) ORDER BY 1
-    ON CONFLICT (key) DO UPDATE SET count = t.count WHERE false;
+    PERFORM pglimit_lock_buckets(p_keys);
 
     -- Written for the executor: each row's times converted once, and
     -- subqueries in MATERIALIZED steps so that they run once per row
@@ -136,22 +132,19 @@ BEGIN
             log        = CASE WHEN f.algo IN (pglimit_sliding_log(), pglimit_concurrency()) THEN f.n_lg END
         FROM fig f WHERE f.admit AND t.key = f.key
     ), lk AS (
-        -- Lockouts, in key order like every other lock here. An operator's
-        -- block that ends later is kept as it is.
-        INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket)
-        SELECT f.key, pglimit_ts(f.block_us), 'lockout', split_part(f.name, '/', 1), split_part(f.name, '/', 2)
-        FROM fig f WHERE f.locks ORDER BY f.key
-        ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'lockout',
-            policy = EXCLUDED.policy, bucket = EXCLUDED.bucket, reason = NULL, created_at = now()
-        WHERE k.until < EXCLUDED.until
+        -- Lockouts and leases through the functions pglimit_check_batch
+        -- calls (batch.sql, leases.sql), each called only when there is
+        -- one: a row each, which the answers below join.
+        SELECT CASE WHEN bool_or(f.locks) THEN pglimit_lock_out(array_agg(f.key) FILTER (WHERE f.locks),
+                                                              array_agg(f.block_us) FILTER (WHERE f.locks),
+                                                              array_agg(f.name) FILTER (WHERE f.locks)) END AS done
+        FROM fig f
     ), ls AS (
-        -- Each admitted check's lease (leases.sql), ending as its entries do.
-        INSERT INTO pglimit_leases (id, key, slots, lease_us, expires_at, ends_by)
-        SELECT p_leases[f.pos], f.key, f.cost, f.win, pglimit_ts(now_us + f.win),
-               pglimit_lease_ends_by(now_us, p_lease_lives[f.pos])
-        FROM fig f WHERE f.admit AND f.algo = pglimit_concurrency() AND octet_length(p_leases[f.pos]) = 32
-        ORDER BY 1, 2
-        ON CONFLICT DO NOTHING
+        SELECT CASE WHEN bool_or(f.algo = pglimit_concurrency())
+                    THEN pglimit_take_leases(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases,
+                                             array_agg(f.fit AND f.until_us IS NULL ORDER BY f.pos), v_now,
+                                             p_lease_lives) END AS done
+        FROM fig f
     )
     SELECT f.pos, f.fit AND f.until_us IS NULL,
            CASE WHEN f.block_us IS NULL THEN f.rem ELSE 0 END,
@@ -159,7 +152,7 @@ BEGIN
            pglimit_ts(CASE WHEN f.block_us IS NULL THEN f.retry_us
                            ELSE greatest(coalesce(f.retry_us, 0), f.block_us) END),
            v_now, f.block_us IS NOT NULL
-    FROM fig f ORDER BY f.pos;
+    FROM fig f CROSS JOIN lk CROSS JOIN ls ORDER BY f.pos;
 END
 $$;
 

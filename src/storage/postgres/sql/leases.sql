@@ -37,7 +37,7 @@ CREATE FUNCTION pglimit_take_leases(
     FROM (SELECT u.*, bool_and(u.al) OVER (PARTITION BY u.chk) AS admit
           FROM unnest(p_checks, p_keys, p_windows_ms, p_algos, p_costs, p_leases, a_allowed, p_lives)
                AS u(chk, key, win, algo, cost, id, al, life)) AS r
-    WHERE r.admit AND r.cost > 0 AND r.algo = 4 AND octet_length(r.id) = 32
+    WHERE r.admit AND r.cost > 0 AND r.algo = pglimit_concurrency() AND octet_length(r.id) = 32
     ORDER BY r.id, r.key
     ON CONFLICT DO NOTHING
 $$;
