@@ -20,9 +20,9 @@
 //! enforces the whole limit or this instance's share of it, as the check's
 //! [`MemoryFallback`] says.
 
+mod changes;
 mod detector;
 mod issued;
-mod others;
 mod recovery;
 mod releases;
 

@@ -12,14 +12,12 @@
 
 mod absorb;
 mod actions;
-mod call;
 mod changes;
 mod citus;
 mod cleanup;
 mod connection;
 mod health;
 mod lane;
-mod lanes;
 mod layout;
 mod leases;
 mod listener;
@@ -48,8 +46,8 @@ pub use citus::{Citus, CitusChecks};
 use cleanup::Cleanup;
 use health::Health;
 pub use health::{ALIVE_FOR, BEAT_EVERY};
+use lane::LaneHandle;
 use lane::Task;
-use lanes::LaneHandle;
 use listener::Notifications;
 pub use pooler::Pooler;
 pub use schema::functions_schema;
@@ -176,7 +174,7 @@ impl PgStore {
         let Some(lane) = self.lanes.first() else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
         };
-        lanes::answer(lane.enqueue(batch.clone(), now, Task::Check).await?).await
+        lane::answer(lane.enqueue(batch.clone(), now, Task::Check).await?).await
     }
 
     /// Citus mode: each part of a check on the lane of its worker, all at
@@ -202,7 +200,7 @@ impl PgStore {
         let mut answers = Vec::with_capacity(parts.len());
         for sent in pending {
             answers.push(match sent {
-                Ok(answer) => lanes::answer(answer).await,
+                Ok(answer) => lane::answer(answer).await,
                 Err(e) => Err(e),
             });
         }
@@ -228,7 +226,7 @@ impl PgStore {
             refunds.push(lane.enqueue(part.batch.clone(), None, task).await);
         }
         for refund in refunds {
-            if let Err(e) = async { lanes::answer(refund?).await }.await {
+            if let Err(e) = async { lane::answer(refund?).await }.await {
                 // What was not given back stays counted: a bucket may deny
                 // early until its window ends, never admit too much.
                 tracing::warn!(error = %e, "Citus: a refund failed");

@@ -1,6 +1,6 @@
 //! One call: a batch of checks (or Citus refunds) sent on one connection.
 //!
-//! The lane ([`super::lane`]) decides which checks go together and on which
+//! The lane ([`super`]) decides which checks go together and on which
 //! of its connections; this module sends them and answers each caller.
 
 use std::time::Instant;
@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::oneshot;
 
-use super::lane::{Job, Task};
-use super::layout::Layout;
-use super::node::Node;
-use super::session::{classify, timed_out, Session};
-use super::statements::is_sqlstate;
+use super::{Job, Task};
+use crate::storage::postgres::layout::Layout;
+use crate::storage::postgres::node::Node;
+use crate::storage::postgres::session::{classify, timed_out, Session};
+use crate::storage::postgres::statements::is_sqlstate;
 use crate::storage::{Answer, CallTiming, Check, StoreError, StoreKind};
 use crate::telemetry;
 

@@ -1,6 +1,6 @@
-//! What the fallback does with the calls other than checks: releases are
-//! kept while degraded, everything else that must reach every instance is
-//! refused until Postgres is back.
+//! What the fallback does with changes to limits, the calls other than
+//! checks: releases are kept while degraded, everything else that must
+//! reach every instance is refused until Postgres is back.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The store's handles on its lanes ([`super::lane`]): every lane's
+//! The store's handles on its lanes ([`super`]): every lane's
 //! connections opened together at start, each lane started as a task, and
 //! jobs queued to them.
 
@@ -8,14 +8,14 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::citus;
-use super::lane::{lane, Job, Task};
-use super::layout::LaneTarget;
-use super::session::Session;
+use super::{lane, Job, Task};
+use crate::storage::postgres::citus;
+use crate::storage::postgres::layout::LaneTarget;
+use crate::storage::postgres::session::Session;
 use crate::storage::{Answer, Check, StoreError};
 
 /// A lane's queue.
-pub(super) struct LaneHandle {
+pub(in crate::storage::postgres) struct LaneHandle {
     queue: mpsc::Sender<Job>,
     /// The Citus group whose checks this lane sends straight to its worker.
     pub worker: Option<i32>,
@@ -55,7 +55,7 @@ impl LaneHandle {
 }
 
 /// The answer a lane sends to a job.
-pub(super) async fn answer(
+pub(in crate::storage::postgres) async fn answer(
     answer: oneshot::Receiver<Result<Answer, StoreError>>,
 ) -> Result<Answer, StoreError> {
     answer.await.unwrap_or_else(|_| Err(StoreError::Unreachable("a postgres lane stopped mid-check".into())))

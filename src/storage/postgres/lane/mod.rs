@@ -27,6 +27,11 @@
 //! The connections are owned, not pooled: a pool pings a connection each
 //! time it is returned, which would double the round trips.
 
+mod call;
+mod handle;
+
+pub(super) use handle::{answer, LaneHandle};
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,10 +41,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::call::{call, LaneConnection};
 use super::node::Node;
 use super::session::Session;
 use crate::storage::{Answer, Check, Key, StoreError};
+use call::{call, LaneConnection};
 
 /// Most checks decided in one call.
 const MAX_BATCH: usize = 128;
@@ -297,5 +302,4 @@ impl InFlight {
 }
 
 #[cfg(test)]
-#[path = "lane_tests.rs"]
 mod tests;
