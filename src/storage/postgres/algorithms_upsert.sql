@@ -67,9 +67,10 @@ WITH clock AS (
                                - (SELECT now_us FROM clock) END,
         -- The entries still in the window, then this check's.
         log        = CASE WHEN EXCLUDED.log IS NOT NULL
-                          THEN pglimit_log_live(b.log, (SELECT now_us FROM clock),
-                                                ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
-                               || EXCLUDED.log END
+                          THEN ARRAY(SELECT x FROM unnest(b.log) AS x
+                                     WHERE pglimit_log_keeps(x, (SELECT now_us FROM clock),
+                                                             ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)
+                                     ORDER BY x) || EXCLUDED.log END
     WHERE CASE WHEN EXCLUDED.tat_us IS NOT NULL
                THEN pglimit_token_fits(pglimit_token_tat(b.tat_us, (SELECT now_us FROM clock)),
                                        EXCLUDED.tat_us - (SELECT now_us FROM clock), EXCLUDED.prev_count,
@@ -83,8 +84,9 @@ WITH clock AS (
                              (SELECT now_us FROM clock))
                          + pglimit_sliding_current(b.count, b.expires_at, EXCLUDED.expires_at),
                          EXCLUDED.count, ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)])
-                    ELSE pglimit_fits(cardinality(pglimit_log_live(b.log, (SELECT now_us FROM clock),
-                                                   ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)),
+                    ELSE pglimit_fits((SELECT count(*) FROM unnest(b.log) AS x
+                                       WHERE pglimit_log_keeps(x, (SELECT now_us FROM clock),
+                                                               ($3::bigint[])[array_position($1::bytea[], EXCLUDED.key)] * 1000)),
                                       cardinality(EXCLUDED.log), ($2::bigint[])[array_position($1::bytea[], EXCLUDED.key)]) END
                END
     RETURNING b.key, b.count, b.prev_count, b.expires_at, b.tat_us, cardinality(b.log) AS entries

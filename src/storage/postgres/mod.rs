@@ -42,7 +42,7 @@ use tokio::sync::watch;
 
 use super::{Answer, Check, Stale, Store, StoreError};
 use actions::ActionConn;
-pub use citus::{Citus, CitusChecks};
+pub use citus::{Citus, CitusChecks, CONCURRENCY_ON_CITUS};
 use cleanup::Cleanup;
 use health::Health;
 pub use health::{ALIVE_FOR, BEAT_EVERY};
@@ -169,69 +169,12 @@ impl PgStore {
             )));
         }
         if let Some(parts) = self.session.layout().split(batch) {
-            return self.submit_parts(parts, batch, now).await;
+            return citus::across::submit(&self.lanes, parts, batch, now).await;
         }
         let Some(lane) = self.lanes.first() else {
             return Err(StoreError::Unreachable("no postgres lanes".into()));
         };
         lane::answer(lane.enqueue(batch.clone(), now, Task::Check).await?).await
-    }
-
-    /// Citus mode: each part of a check on the lane of its worker, all at
-    /// once; if any part is denied or fails, the parts that took their cost
-    /// give it back before the check is answered.
-    async fn submit_parts(
-        &self,
-        parts: Vec<citus::WorkerCheck>,
-        batch: &Check,
-        now: Option<DateTime<Utc>>,
-    ) -> Result<Answer, StoreError> {
-        // A worker's checks on lanes of their own: one call per worker per batch.
-        // A worker that joined after start-up is reached through another
-        // node, which delegates the call onward.
-        let lane_of = |part: &citus::WorkerCheck| {
-            let direct = self.lanes.iter().find(|lane| lane.worker == Some(part.worker));
-            direct.unwrap_or(&self.lanes[part.worker.unsigned_abs() as usize % self.lanes.len()])
-        };
-        let mut pending = Vec::with_capacity(parts.len());
-        for part in &parts {
-            pending.push(lane_of(part).enqueue(part.batch.clone(), now, Task::Check).await);
-        }
-        let mut answers = Vec::with_capacity(parts.len());
-        for sent in pending {
-            answers.push(match sent {
-                Ok(answer) => lane::answer(answer).await,
-                Err(e) => Err(e),
-            });
-        }
-        let whole = answers.iter().all(|a| a.as_ref().is_ok_and(Answer::allowed));
-        let took: Vec<bool> =
-            answers.iter().map(|a| !whole && a.as_ref().is_ok_and(Answer::allowed)).collect();
-        let given_back = parts.iter().zip(&answers).zip(&took).filter(|(_, &t)| t);
-        Self::give_back(
-            given_back.filter_map(|((part, answer), _)| Some((lane_of(part), part, answer.as_ref().ok()?))),
-        )
-        .await;
-        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(citus::merge(batch, &parts, answers, &took))
-    }
-
-    /// Refunds, on each part's lane, what the part took, as its answer says.
-    async fn give_back<'a>(
-        taken: impl Iterator<Item = (&'a LaneHandle, &'a citus::WorkerCheck, &'a Answer)>,
-    ) {
-        let mut refunds = Vec::new();
-        for (lane, part, answer) in taken {
-            let task = Task::Refund(answer.clone());
-            refunds.push(lane.enqueue(part.batch.clone(), None, task).await);
-        }
-        for refund in refunds {
-            if let Err(e) = async { lane::answer(refund?).await }.await {
-                // What was not given back stays counted: a bucket may deny
-                // early until its window ends, never admit too much.
-                tracing::warn!(error = %e, "Citus: a refund failed");
-            }
-        }
     }
 }
 
@@ -241,9 +184,6 @@ impl PgStore {
 pub fn single_node_statement(name: &str) -> Option<&'static str> {
     template::single_by_name(name)
 }
-
-/// Leases are kept in one table on a single node (`sql/leases.sql`).
-pub const CONCURRENCY_ON_CITUS: &str = "concurrency buckets are not supported in Citus mode";
 
 impl Store for PgStore {
     fn keeps_leases(&self) -> bool {

@@ -31,14 +31,15 @@ use crate::algorithm::Algorithm;
 use crate::storage::{BucketSpec, Check};
 
 /// Every check one fixed-window bucket: the commonest batch, and the
-/// leanest statement (the policy one costs 0.03-0.15 ms more a call:
-/// docs/performance.md).
+/// leanest statement. Kept beside [`HOT_UPSERT`], which answers such a
+/// batch alike, because it is the faster by more than 5% (and
+/// `pglimit_check_distinct` far slower): `bench/results/2026-12-07-1811-ab-statement-paths.md`.
 pub(super) use super::template::ONE_BUCKET_UPSERT;
 
 /// One-bucket fixed-window checks of which several share a key, each alike
 /// (a hot key): the key's checks proposed as one row, that decides how many
-/// of them fit. `pglimit_check_batch` took such batches, one bucket at a
-/// time, at nearly 4 times the statement time per check (docs/performance.md).
+/// of them fit. `pglimit_check_batch` decides such batches one bucket at a
+/// time, several times dearer per check (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
 pub(super) use super::template::HOT_UPSERT;
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
@@ -49,8 +50,9 @@ pub(super) use super::template::HOT_UPSERT;
 /// instance filled one of them between that snapshot and our lock, the
 /// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
 /// whole, and the batch is decided again by `pglimit_check_distinct`, which
-/// locks before it reads. The other algorithms have a statement of their own
-/// (below): in this one the sliding branch made every other check 10% dearer
+/// locks before it reads. Faster than `pglimit_check_distinct` by a third
+/// on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`). The other algorithms have a statement of their
+/// own (below): a sliding branch here made every other check dearer
 /// (docs/performance.md).
 pub(super) use super::template::POLICY_UPSERT;
 
@@ -58,6 +60,8 @@ pub(super) use super::template::POLICY_UPSERT;
 /// locked row denies and the statement's snapshot admits (another instance
 /// changed the row in between) raises `pglimit_retry_with_locks` too, as its
 /// answer's figures come from that snapshot and would contradict the denial.
+/// Faster than `pglimit_check_distinct` for each of the three
+/// (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
 const ALGORITHMS_UPSERT: &str = include_str!("algorithms_upsert.sql");
 
 /// Which upsert decides a batch.

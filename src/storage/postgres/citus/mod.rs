@@ -22,6 +22,7 @@
 
 pub(super) use super::node::Node;
 
+pub(super) mod across;
 mod joined;
 pub(super) mod layout;
 mod parts;
@@ -38,7 +39,7 @@ use sqlx::{Connection, Executor};
 
 use crate::storage::Key;
 pub(super) use joined::{Texts, WorkerUpserts};
-pub(super) use parts::{merge, split, WorkerCheck};
+pub(super) use parts::{split, WorkerCheck};
 
 /// Citus mode (docs/scaling.md, "When and how"): counters distributed by
 /// route, each call on one shard.
@@ -63,6 +64,11 @@ pub enum CitusChecks {
     /// Through the coordinator, which delegates each call to its worker.
     Coordinator,
 }
+
+/// Leases are kept in one table on a single node (`sql/leases.sql`), so a
+/// store in Citus mode refuses concurrency buckets
+/// ([`Layout::takes_leases`](super::layout::Layout::takes_leases)).
+pub const CONCURRENCY_ON_CITUS: &str = "concurrency buckets are not supported in Citus mode";
 
 /// Says which worker a connection at start-up failed to reach, and what to
 /// do; errors from the URL's server pass unchanged.

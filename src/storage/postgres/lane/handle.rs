@@ -9,7 +9,6 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{lane, Job, Task};
-use crate::storage::postgres::citus;
 use crate::storage::postgres::layout::LaneTarget;
 use crate::storage::postgres::session::Session;
 use crate::storage::{Answer, Check, StoreError};
@@ -17,7 +16,7 @@ use crate::storage::{Answer, Check, StoreError};
 /// A lane's queue.
 pub(in crate::storage::postgres) struct LaneHandle {
     queue: mpsc::Sender<Job>,
-    /// The Citus group whose checks this lane sends straight to its worker.
+    /// The group (a worker's) whose checks this lane sends straight to its node.
     pub worker: Option<i32>,
 }
 
@@ -74,7 +73,7 @@ async fn open(
         let (session, node) = (Arc::clone(session), target.node.clone());
         opening.spawn(async move {
             let opened = session.open_on(node.as_ref()).await;
-            (lane, opened.map_err(|e| citus::unreachable_worker(node.as_ref(), e)))
+            (lane, opened.map_err(|e| session.layout().unreachable(node.as_ref(), e)))
         });
     }
     let (mut conns, mut health) = (targets.iter().map(|_| Vec::new()).collect::<Vec<_>>(), None);

@@ -13,7 +13,7 @@ pub(super) use writes::{Absorbing, Blocking, StoredRow};
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
-use super::citus::{layout as citus, CitusChecks, Node, Routes, WorkerCheck};
+use super::citus::{layout as citus, unreachable_worker, CitusChecks, Node, Routes, WorkerCheck};
 use super::session::Session;
 use crate::storage::{Answer, BlockTarget, Check, Held};
 
@@ -38,6 +38,15 @@ impl Layout {
         match self {
             Layout::Citus(_) if !direct => citus::configure(conn).await,
             _ => Ok(()),
+        }
+    }
+
+    /// Says which node a connection at start-up failed to reach (in Citus
+    /// mode, a worker), and what to do; other errors pass unchanged.
+    pub fn unreachable(&self, node: Option<&Node>, e: sqlx::Error) -> sqlx::Error {
+        match self {
+            Layout::Citus(_) => unreachable_worker(node, e),
+            Layout::Single => e,
         }
     }
 

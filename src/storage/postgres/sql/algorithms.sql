@@ -33,9 +33,11 @@ CREATE FUNCTION pglimit_us(ts timestamptz) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN (extract(epoch FROM ts - timestamptz 'epoch') * 1000000)::bigint;
 
+-- And back, through a timestamp (timestamptz + interval is only stable,
+-- and a function whose body is less immutable than it says is not inlined).
 CREATE FUNCTION pglimit_ts(us bigint) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN timestamptz 'epoch' + us * interval '1 microsecond';
+RETURN (timestamp 'epoch' + us * interval '1 microsecond') AT TIME ZONE 'UTC';
 
 -- Where a statement has times as timestamptz rather than µs, a function
 -- takes them as `anyelement` (and so has a quoted body, as SQL requires of
@@ -143,7 +145,10 @@ CREATE FUNCTION pglimit_log_keeps(entry bigint, now_us bigint, win bigint) RETUR
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN entry > now_us - win;
 
--- The entries of `log` still in the window, oldest first.
+-- The entries of `log` still in the window, oldest first. A function with
+-- a subquery is not inlined, so the set-based statements write this
+-- ARRAY(...) out around pglimit_log_keeps (and pglimit_lease_holds below)
+-- rather than call it for every row.
 CREATE FUNCTION pglimit_log_live(log bigint[], now_us bigint, win bigint) RETURNS bigint[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN ARRAY(SELECT x FROM unnest(coalesce(log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, win) ORDER BY x);

@@ -65,8 +65,11 @@ BEGIN
                pglimit_sliding_current(c.count, c.exp_us, pglimit_sliding_row_end(now_us, c.win)) AS sw_c,
                pglimit_sliding_previous(c.count, c.prev_count, c.exp_us, pglimit_sliding_row_end(now_us, c.win),
                                         pglimit_sliding_row_end(now_us, c.win) - c.win) AS sw_p,
-               CASE c.algo WHEN pglimit_sliding_log() THEN pglimit_log_live(c.log, now_us, c.win)
-                           WHEN pglimit_concurrency() THEN pglimit_leases_held(c.log, now_us) END AS lg,
+               -- pglimit_log_live and pglimit_leases_held, written out (algorithms.sql).
+               CASE c.algo WHEN pglimit_sliding_log() THEN ARRAY(
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_log_keeps(x, now_us, c.win) ORDER BY x)
+                           WHEN pglimit_concurrency() THEN ARRAY(
+                   SELECT x FROM unnest(coalesce(c.log, '{}')) AS x WHERE pglimit_lease_holds(x, now_us) ORDER BY x) END AS lg,
                pglimit_token_tat(c.tat_us, now_us) AS tb_tat,
                pglimit_token_step(c.win, c.lim) AS tb_step
         FROM cur c
@@ -94,7 +97,9 @@ BEGIN
             CASE WHEN d.admit THEN d.cost ELSE 0 END AS used,
             CASE WHEN NOT d.admit THEN d.lg
                  WHEN d.algo = pglimit_sliding_log() THEN pglimit_log_take(d.lg, d.cost, now_us)
-                 WHEN d.algo = pglimit_concurrency() THEN pglimit_lease_take(d.lg, d.cost, now_us + d.win)
+                 -- pglimit_lease_take, written out (algorithms.sql).
+                 WHEN d.algo = pglimit_concurrency()
+                 THEN ARRAY(SELECT x FROM unnest(d.lg || array_fill(now_us + d.win, ARRAY[d.cost::integer])) AS x ORDER BY x)
             END AS n_lg
         ) AS u CROSS JOIN LATERAL (SELECT
             CASE d.algo
