@@ -8,21 +8,25 @@
 //! knows of configuration, storage or HTTP.
 //!
 //! Every place that encodes an algorithm (change them together; the
-//! replays in `tests/api/replay.rs` and `tests/citus/decisions.rs` check):
+//! replays in `tests/api/replay.rs` and `tests/citus/decisions.rs` hold
+//! every statement to the model). The SQL is `storage/postgres/sql/
+//! algorithms.sql`; its functions are named `pglimit_` and what follows:
 //!
-//! | algorithm      | model (`windows.rs`) | SQL (`storage/postgres/sql/algorithms.sql`) | outage write-back |
-//! |----------------|----------------------|---------------------------------------------|-------------------|
-//! | fixed window   | `fixed`              | `pglimit_fixed_count`, `pglimit_fixed_end`  | `absorb.rs`       |
-//! | calendar window (fixed) | `calendar.rs` | `pglimit_window_end`, `pglimit_calendar_end` | `absorb.rs` (as fixed) |
-//! | sliding window | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `pglimit_sliding_start`, `_current`, `_previous`, `_weight`, `_earliest`, `_retry` | `absorb.rs` |
-//! | sliding log    | `log`                | `pglimit_log_keeps`                         | `absorb.rs`       |
-//! | token bucket   | `token`              | `pglimit_token_step`, `_tat`, `_fits`       | `absorb.rs`       |
-//! | concurrency    | `concurrency`        | `pglimit_lease_holds`; `sql/leases.sql`     | `absorb.rs`       |
+//! | algorithm (code) | model (`windows.rs`) | SQL: state, room, reset, retry, take | outage write-back |
+//! |---|---|---|---|
+//! | all counting ones | `limit.saturating_sub` | `fits`, `room` | |
+//! | fixed window (0, `fixed_window()`) | `fixed` | `fixed_count`, `fixed_end` (reset and retry), `fixed_takes` (a hot key's k of n) | `absorb.rs` |
+//! | calendar window (fixed) | `calendar.rs` | `window_end`, `calendar_end` | `absorb.rs` (as fixed) |
+//! | sliding window (1, `sliding_window()`) | `sliding`, `counts_at`, `weighted`, `sliding_retry` | `sliding_start`, `_row_end`, `_current`, `_previous`, `_weight`, `_full`, `_earliest`, `_retry` | `absorb.rs` |
+//! | sliding log (2, `sliding_log()`) | `log` | `log_keeps`, `log_live`, `log_full`, `log_retry`, `log_take` | `absorb.rs` |
+//! | token bucket (3, `token_bucket()`) | `token` | `token_step`, `_tat`, `_fits`, `_remaining`, `_retry` | `absorb.rs` |
+//! | concurrency (4, `concurrency()`) | `concurrency` | `lease_holds`, `leases_held`, `lease_take`, `log_full` and `log_retry` with no window; `sql/leases.sql` | `absorb.rs` |
 //!
-//! The SQL functions are called by `pglimit_decide` (a whole decision), the
-//! set-based `pglimit_check_distinct`, the four plain upserts
-//! (`storage/postgres/*upsert.sql`) and Citus' refund (`citus/functions.sql`,
-//! which undoes a step). The upserts carry what their conflict branch needs
+//! `pglimit_decide` composes them into one bucket's decision; the set-based
+//! `pglimit_check_distinct`, the four plain upserts
+//! (`storage/postgres/*upsert.sql`) and Citus' refund
+//! (`citus/functions.sql`, which undoes a step) call them too, and derive
+//! nothing themselves. The upserts carry what their conflict branch needs
 //! in the proposed row; how is said at the top of each.
 //!
 //! Every algorithm answers the same questions, so responses mean the same

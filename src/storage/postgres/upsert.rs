@@ -39,7 +39,7 @@ pub(super) use super::template::ONE_BUCKET_UPSERT;
 /// One-bucket fixed-window checks of which several share a key, each alike
 /// (a hot key): the key's checks proposed as one row, that decides how many
 /// of them fit. `pglimit_check_batch` decides such batches one bucket at a
-/// time, several times dearer per check (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
+/// time, at half as many checks a second again (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
 pub(super) use super::template::HOT_UPSERT;
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
@@ -50,7 +50,7 @@ pub(super) use super::template::HOT_UPSERT;
 /// instance filled one of them between that snapshot and our lock, the
 /// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
 /// whole, and the batch is decided again by `pglimit_check_distinct`, which
-/// locks before it reads. Faster than `pglimit_check_distinct` by a third
+/// locks before it reads. Half as fast again as `pglimit_check_distinct`
 /// on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`). The other algorithms have a statement of their
 /// own (below): a sliding branch here made every other check dearer
 /// (docs/performance.md).
