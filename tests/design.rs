@@ -2,7 +2,7 @@
 //! every source file and every table, and every path it names exists.
 //!
 //! The document names a source file by its path from `src/` (`lib.rs`,
-//! `storage/postgres/lane.rs`) or from the repository's root
+//! `storage/postgres/lane/mod.rs`) or from the repository's root
 //! (`src/lib.rs`), in backticks or in a code block; a table, by its name
 //! anywhere. Everything is read from disk at run time, so a file moved or
 //! added since the last build is seen.

@@ -33,13 +33,15 @@ use crate::storage::{BucketSpec, Check};
 /// Every check one fixed-window bucket: the commonest batch, and the
 /// leanest statement. Kept beside [`HOT_UPSERT`], which answers such a
 /// batch alike, because it is the faster by more than 5% (and
-/// `pglimit_check_distinct` far slower): `bench/results/2026-12-07-1811-ab-statement-paths.md`.
+/// `pglimit_check_distinct` far slower):
+/// `bench/results/2026-12-07-1811-ab-statement-paths.md`.
 pub(super) use super::template::ONE_BUCKET_UPSERT;
 
 /// One-bucket fixed-window checks of which several share a key, each alike
 /// (a hot key): the key's checks proposed as one row, that decides how many
 /// of them fit. `pglimit_check_batch` decides such batches one bucket at a
-/// time, at half as many checks a second again (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
+/// time, at two thirds of the throughput
+/// (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
 pub(super) use super::template::HOT_UPSERT;
 
 /// Checks of several fixed-window buckets (a policy: `login` has three)
@@ -50,10 +52,10 @@ pub(super) use super::template::HOT_UPSERT;
 /// instance filled one of them between that snapshot and our lock, the
 /// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
 /// whole, and the batch is decided again by `pglimit_check_distinct`, which
-/// locks before it reads. Half as fast again as `pglimit_check_distinct`
-/// on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`). The other algorithms have a statement of their
-/// own (below): a sliding branch here made every other check dearer
-/// (docs/performance.md).
+/// locks before it reads. `pglimit_check_distinct` has two thirds of its
+/// throughput on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
+/// The other algorithms have a statement of their own (below): a sliding
+/// branch here made every other check dearer (docs/performance.md).
 pub(super) use super::template::POLICY_UPSERT;
 
 /// Every check one sliding-window, sliding-log or token bucket. A check its

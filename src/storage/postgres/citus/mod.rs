@@ -18,7 +18,7 @@
 //! denied by a bucket that is only momentarily full (docs/scaling.md, "Design").
 //!
 //! This module sets the cluster up and places the keys; the statements of
-//! Citus mode are the layout's (`layout/citus.rs`).
+//! Citus mode are in `layout.rs` here, the Citus side of the layout.
 
 pub(super) use super::node::Node;
 
