@@ -182,7 +182,7 @@ impl PgStore {
 /// `hot_upsert.sql`, `policy_upsert.sql`), for tests that send it directly.
 #[doc(hidden)]
 pub fn single_node_statement(name: &str) -> Option<&'static str> {
-    template::single_by_name(name)
+    template::single(name).ok()
 }
 
 impl Store for PgStore {

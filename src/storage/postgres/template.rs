@@ -104,20 +104,15 @@ pub(super) fn fill(name: &str, template: &str, placement: &Placement) -> Result<
 static SINGLE_TEXTS: LazyLock<Vec<Result<String, String>>> =
     LazyLock::new(|| TEMPLATES.iter().map(|(name, text)| fill(name, text, &SINGLE)).collect());
 
-/// The single node's text of `template` (one of [`TEMPLATES`]).
-pub(super) fn single(template: &str) -> Result<&'static str, sqlx::Error> {
-    let filled = TEMPLATES.iter().position(|(_, text)| *text == template).map(|i| &SINGLE_TEXTS[i]);
+/// The single node's text of the template named `name` (one of
+/// [`TEMPLATES`]: `upsert.sql`, `DELETE_EXPIRED`, ...).
+pub(super) fn single(name: &str) -> Result<&'static str, sqlx::Error> {
+    let filled = TEMPLATES.iter().position(|(n, _)| *n == name).map(|i| &SINGLE_TEXTS[i]);
     match filled {
         Some(Ok(sql)) => Ok(sql),
         Some(Err(e)) => Err(sqlx::Error::Protocol(e.clone())),
-        None => Err(sqlx::Error::Protocol("a statement that is not a template".into())),
+        None => Err(sqlx::Error::Protocol(format!("no statement template {name:?}"))),
     }
-}
-
-/// The single node's text of the template named `name` (`upsert.sql`, ...).
-pub(super) fn single_by_name(name: &str) -> Option<&'static str> {
-    let i = TEMPLATES.iter().position(|(n, _)| *n == name)?;
-    SINGLE_TEXTS[i].as_deref().ok()
 }
 
 /// Whether every template fills on a single node: at start-up, so that a

@@ -30,34 +30,6 @@ use super::template;
 use crate::algorithm::Algorithm;
 use crate::storage::{BucketSpec, Check};
 
-/// Every check one fixed-window bucket: the commonest batch, and the
-/// leanest statement. Kept beside [`HOT_UPSERT`], which answers such a
-/// batch alike, because it is the faster by more than 5% (and
-/// `pglimit_check_distinct` far slower):
-/// `bench/results/2026-12-07-1811-ab-statement-paths.md`.
-pub(super) use super::template::ONE_BUCKET_UPSERT;
-
-/// One-bucket fixed-window checks of which several share a key, each alike
-/// (a hot key): the key's checks proposed as one row, that decides how many
-/// of them fit. `pglimit_check_batch` decides such batches one bucket at a
-/// time, at two thirds of the throughput
-/// (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
-pub(super) use super::template::HOT_UPSERT;
-
-/// Checks of several fixed-window buckets (a policy: `login` has three)
-/// among one-bucket fixed-window and token-bucket checks (a batch of
-/// token-bucket checks alone takes the leaner statement below). A check of
-/// several buckets is proposed only if every bucket fits as the statement's
-/// snapshot has it, and must then be written in every row: if another
-/// instance filled one of them between that snapshot and our lock, the
-/// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
-/// whole, and the batch is decided again by `pglimit_check_distinct`, which
-/// locks before it reads. `pglimit_check_distinct` has two thirds of its
-/// throughput on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
-/// The other algorithms have a statement of their own (below): a sliding
-/// branch here made every other check dearer (docs/performance.md).
-pub(super) use super::template::POLICY_UPSERT;
-
 /// Every check one sliding-window, sliding-log or token bucket. A check its
 /// locked row denies and the statement's snapshot admits (another instance
 /// changed the row in between) raises `pglimit_retry_with_locks` too, as its
@@ -69,10 +41,33 @@ const ALGORITHMS_UPSERT: &str = include_str!("algorithms_upsert.sql");
 /// Which upsert decides a batch.
 #[derive(Clone, Copy)]
 pub(super) enum Upsert {
+    /// Every check one fixed-window bucket: the commonest batch, and the
+    /// leanest statement (`upsert.sql`). Kept beside `hot_upsert.sql`, which answers such a
+    /// batch alike, because it is the faster by more than 5% (and
+    /// `pglimit_check_distinct` far slower):
+    /// `bench/results/2026-12-07-1811-ab-statement-paths.md`.
     OneBucket,
-    /// One fixed-window bucket a check, a key's checks alike: [`HOT_UPSERT`].
+    /// One-bucket fixed-window checks of which several share a key, each alike
+    /// (a hot key, `hot_upsert.sql`): the key's checks proposed as one row, that decides how many
+    /// of them fit. `pglimit_check_batch` decides such batches one bucket at a
+    /// time, at two thirds of the throughput
+    /// (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
     HotKeys,
+    /// [`ALGORITHMS_UPSERT`].
     Algorithms,
+    /// Checks of several fixed-window buckets (a policy: `login` has three;
+    /// `policy_upsert.sql`)
+    /// among one-bucket fixed-window and token-bucket checks (a batch of
+    /// token-bucket checks alone takes `Algorithms`). A check of
+    /// several buckets is proposed only if every bucket fits as the statement's
+    /// snapshot has it, and must then be written in every row: if another
+    /// instance filled one of them between that snapshot and our lock, the
+    /// statement raises `pglimit_retry_with_locks` (40001), which rolls it back
+    /// whole, and the batch is decided again by `pglimit_check_distinct`, which
+    /// locks before it reads. `pglimit_check_distinct` has two thirds of its
+    /// throughput on `login` (`bench/results/2026-12-07-1811-ab-statement-paths.md`).
+    /// The other algorithms have a statement of their own (`Algorithms`): a sliding
+    /// branch here made every other check dearer (docs/performance.md).
     Policy,
 }
 
@@ -151,10 +146,10 @@ pub(super) async fn run(
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let sql = match upsert {
-        Upsert::OneBucket => template::single(ONE_BUCKET_UPSERT)?,
-        Upsert::HotKeys => template::single(HOT_UPSERT)?,
+        Upsert::OneBucket => template::single("upsert.sql")?,
+        Upsert::HotKeys => template::single("hot_upsert.sql")?,
         Upsert::Algorithms => ALGORITHMS_UPSERT,
-        Upsert::Policy => template::single(POLICY_UPSERT)?,
+        Upsert::Policy => template::single("policy_upsert.sql")?,
     };
     fetch_rows(conn, sql, args(upsert, checks, now), None).await
 }

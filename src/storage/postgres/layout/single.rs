@@ -6,7 +6,7 @@ use sqlx::postgres::PgConnection;
 use super::writes::{AbsorbSql, Absorbing, Blocking};
 use crate::storage::postgres::session::Session;
 use crate::storage::postgres::statements::{self, Row};
-use crate::storage::postgres::template::{self, DELETE_ENDED_BLOCKS, DELETE_EXPIRED};
+use crate::storage::postgres::template;
 use crate::storage::postgres::upsert::{self, Keys};
 use crate::storage::{Answer, Check};
 use crate::telemetry;
@@ -104,7 +104,7 @@ pub(super) async fn cleanup(
     let mut deleted = 0;
     let mut tx = session.begin(conn).await?;
     for statement in
-        [template::single(DELETE_EXPIRED)?, template::single(DELETE_ENDED_BLOCKS)?, DELETE_ENDED_LEASES]
+        [template::single("DELETE_EXPIRED")?, template::single("DELETE_ENDED_BLOCKS")?, DELETE_ENDED_LEASES]
     {
         let delete = sqlx::query(statement).persistent(session.keeps_statements()).bind(batch);
         deleted += delete.execute(&mut *tx).await?.rows_affected();
