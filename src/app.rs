@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{Actions, Checks, KeySecret, Leases, Overrides, Shared, WaitLimits, Waiting};
+use crate::limiter::{Actions, Checks, Explain, KeySecret, Leases, Overrides, Shared, WaitLimits, Waiting};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth, MetricsEndpoint, ServiceStore, Services};
@@ -113,6 +113,7 @@ async fn services(
     waiting.wake_on_releases();
     Services {
         actions: Actions::new(checks.clone()),
+        explain: Explain::new(checks.clone(), Arc::clone(&waiting)),
         leases: Leases::new(shared),
         checks,
         waiting,

@@ -235,3 +235,31 @@ async fn api_overrides_keep_applying_while_postgres_is_stopped_and_changes_are_r
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
 }
+
+/// Explain during an outage: read from this instance's memory, saying so,
+/// at the share of each limit memory enforces; blocks cannot be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_answers_from_memory_during_an_outage_and_says_so() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let app = instance(&url, &[]).await;
+    let body = json!({ "key": unique("explained"), "limit": 4, "window": "1h" });
+    stop(StopMode::Fast).await;
+    for _ in 0..2 {
+        check(&app, body.clone()).await.assert_memory_admits();
+    }
+    let told = common::call(&app, "POST", "/admin/explain", body.clone()).await;
+    assert_eq!(told.status, StatusCode::OK, "{}", told.body);
+    assert_eq!((told.body["store"].as_str(), told.body["degraded"].as_bool()), (Some("memory"), Some(true)));
+    let why = told.body["why"].as_str().unwrap_or_default();
+    assert!(why.starts_with("From this instance's memory"), "{why}");
+    let bucket = &told.body["buckets"][0];
+    assert_eq!(
+        (bucket["remaining"].as_u64(), bucket["state"]["count"].as_u64()),
+        (Some(2), Some(2)),
+        "{bucket}"
+    );
+    assert_eq!(told.body["allowed"], true);
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+}

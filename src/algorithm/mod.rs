@@ -198,3 +198,13 @@ pub fn decide_all(buckets: &[(Params, Option<&State>)], cost: u64, now_us: i64) 
     let verdicts = buckets.iter().map(|(p, s)| decide(*p, *s, cost, now_us, admitted)).collect();
     Joint { admitted, verdicts }
 }
+
+/// A sliding window's counts as they stand at `now_us`: when the current
+/// window started, its count, and the previous window's whole count (which
+/// [`decide`] weighs by how much of it still overlaps the last window).
+pub fn sliding_counts(window_us: i64, stored: &State, now_us: i64) -> (i64, u64, u64) {
+    let window = window_us.max(1);
+    let start = now_us.div_euclid(window) * window;
+    let (count, prev) = windows::counts_at(stored, window, start);
+    (start, count, prev)
+}

@@ -17,6 +17,7 @@
 
 mod actions;
 mod checks;
+mod explain;
 mod key;
 mod leases;
 mod outcomes;
@@ -29,6 +30,7 @@ pub use actions::{Actions, BlockRequest};
 pub use checks::{
     seconds_until, Applied, BucketDecision, Checks, Decision, Granted, Matched, MatchedBy, Plan,
 };
+pub use explain::{Explain, Explanation, Reason, KEY_PREFIX_HEX};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 pub use leases::{refused_leasing, Leases};
 pub use overrides::{OverrideError, OverrideRequest, Overrides};

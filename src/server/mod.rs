@@ -5,6 +5,7 @@ mod auth;
 mod body;
 mod check;
 mod envoy;
+mod explain;
 mod forward_auth;
 mod grpc;
 mod guard;
@@ -33,7 +34,7 @@ pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
-use crate::limiter::{Actions, Checks, Leases, Overrides, Waiting};
+use crate::limiter::{Actions, Checks, Explain, Leases, Overrides, Waiting};
 use crate::storage::{DenyCache, FallbackStore, PgStore};
 use crate::telemetry::SlowChecks;
 
@@ -50,7 +51,7 @@ pub type ServiceStore = DenyCache<FallbackStore<PgStore>>;
 #[derive(Clone)]
 pub struct AppState(Arc<Services>);
 
-/// The limiter's five services over one shared store and set of
+/// The limiter's six services over one shared store and set of
 /// policies, then what the HTTP surface adds. `waiting` and `overrides`
 /// are `Arc`s because each runs a task (wakes, reloads) that ends with it.
 pub struct Services {
@@ -64,6 +65,8 @@ pub struct Services {
     pub actions: Actions<ServiceStore>,
     /// `/admin/overrides`.
     pub overrides: Arc<Overrides<ServiceStore>>,
+    /// `/admin/explain`.
+    pub explain: Explain<ServiceStore>,
     pub auth: Auth,
     /// Who may use the admin routes; `None`: nobody (no admin token on a
     /// network bind).
@@ -101,6 +104,7 @@ pub fn router(state: AppState) -> Router {
         .route("/renew", post(leases::renew))
         .route("/auth/{policy}", any(forward_auth::forward_auth))
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
+        .route("/admin/explain", post(explain::explain))
         .route("/admin/overrides", get(overrides::list).post(overrides::add))
         .route("/admin/overrides/{id}", delete(overrides::remove))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))

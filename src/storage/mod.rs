@@ -12,6 +12,7 @@
 
 mod deny_cache;
 mod fallback;
+mod inspect;
 mod memory;
 mod overrides;
 mod postgres;
@@ -27,6 +28,7 @@ use crate::algorithm::{Algorithm, Calendar};
 
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
+pub use inspect::{InspectStore, Inspection, Stored};
 pub use memory::MemoryStore;
 pub use overrides::{AddedOverride, LoadedOverrides, OverrideStore, StoredOverride, OVERRIDES_POLL_EVERY};
 pub use postgres::{

@@ -15,6 +15,7 @@ mod calendar;
 mod cleanup;
 mod concurrency;
 mod errors;
+mod explain;
 mod forward_auth;
 mod guard;
 mod lane;

@@ -11,6 +11,7 @@ mod common;
 
 mod decisions;
 mod exact;
+mod explain;
 mod operations;
 mod routing;
 

@@ -138,6 +138,11 @@ impl Queues {
         self.held.load(Ordering::Relaxed)
     }
 
+    /// How many requests this instance holds waiting on `key`.
+    pub fn waiting_on(&self, key: &Key) -> usize {
+        self.lock().get(key).map_or(0, |queue| queue.len())
+    }
+
     /// The first of `keys` that has waiters: a new request on it queues
     /// behind them rather than taking the room they wait for.
     pub fn queued_on<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> Option<Key> {

@@ -23,6 +23,7 @@
 //! Only Postgres decisions are remembered, never the fallback's.
 
 mod entries;
+mod inspect;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;

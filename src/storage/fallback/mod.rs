@@ -22,6 +22,7 @@
 
 mod changes;
 mod detector;
+mod inspect;
 mod issued;
 mod recovery;
 mod releases;

@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use super::{
-    from_us, to_us, Answer, BucketAnswer, BucketSpec, Check, Held, Key, Store, StoreError, StoreKind,
+    from_us, to_us, Answer, BucketAnswer, BucketSpec, Check, Held, InspectStore, Inspection, Key, Store,
+    StoreError, StoreKind, Stored,
 };
 use crate::algorithm::{absorb, decide, decide_all, Params, State};
 
@@ -104,6 +105,12 @@ impl MemoryStore {
         self.shards.iter().any(|s| lock(s).values().any(|e| e.owed.is_some()))
     }
 
+    /// The state each bucket of `check` holds here, in its order; reads only.
+    pub fn states(&self, check: &Check) -> Vec<Option<State>> {
+        let held = |b: &BucketSpec| lock(&self.shards[shard_of(&b.key)]).get(&b.key).map(|e| e.state.clone());
+        check.buckets.iter().map(held).collect()
+    }
+
     /// Decides `check` as of `now`, each bucket enforcing `ceil(limit /
     /// share)` (`share` 1: the whole limit). All shards a batch touches are
     /// locked in shard order, so the decision is atomic and concurrent
@@ -154,6 +161,29 @@ fn record(map: &mut Shard, b: &BucketSpec, state: State, cost: u64, now_us: i64,
 impl Store for MemoryStore {
     async fn check(&self, check: &Check) -> Result<Answer, StoreError> {
         Ok(self.check_at(check, Utc::now(), 1))
+    }
+}
+
+impl InspectStore for MemoryStore {
+    async fn inspect(&self, check: &Check) -> Result<Inspection, StoreError> {
+        Ok(self.inspection(check, 1))
+    }
+}
+
+impl MemoryStore {
+    /// What [`InspectStore::inspect`] answers for this instance's memory,
+    /// where each bucket enforces `ceil(limit / share)`.
+    pub fn inspection(&self, check: &Check, share: u64) -> Inspection {
+        let buckets = self.states(check).into_iter().map(|state| Stored { state, block: None }).collect();
+        Inspection {
+            now: Utc::now(),
+            store: StoreKind::Memory,
+            degraded: false,
+            share,
+            buckets,
+            blocks_known: false,
+            remembered_until: None,
+        }
     }
 }
 

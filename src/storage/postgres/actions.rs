@@ -33,7 +33,7 @@ const BUMP: &str = "UPDATE pglimit_actions SET generation = generation + 1 RETUR
 
 pub(super) struct ActionConn(Connection);
 
-type BlockRow =
+pub(super) type BlockRow =
     (Vec<u8>, String, Option<String>, Option<String>, DateTime<Utc>, Option<String>, DateTime<Utc>);
 
 impl ActionConn {
@@ -133,11 +133,11 @@ async fn announce(tx: &mut PgConnection, keys: &[Key], keep: bool) -> Result<(),
     Ok(())
 }
 
-fn raw(keys: &[Key]) -> Vec<&[u8]> {
+pub(super) fn raw(keys: &[Key]) -> Vec<&[u8]> {
     keys.iter().map(|k| k.as_slice()).collect()
 }
 
-fn block(row: BlockRow) -> Option<Block> {
+pub(super) fn block(row: BlockRow) -> Option<Block> {
     let (key, kind, policy, bucket, until, reason, created_at) = row;
     let key: Key = key.try_into().ok()?;
     Some(Block { key, kind, policy, bucket, until, reason, created_at })

@@ -17,6 +17,7 @@ mod citus;
 mod cleanup;
 mod connection;
 mod health;
+mod inspect;
 mod lane;
 mod layout;
 mod leases;
