@@ -77,7 +77,7 @@ impl<S: Store> Checks<S> {
     /// Refuses, alone and before it joins a batch, a check the store could
     /// not decide: slots where no lease can be kept, or a calendar zone the
     /// Postgres server does not know.
-    fn answerable(&self, check: &Check) -> Result<(), Invalid> {
+    pub(in crate::limiter) fn answerable(&self, check: &Check) -> Result<(), Invalid> {
         let store = &self.shared.store;
         if let Some(slots) = check.buckets.iter().find(|b| b.algorithm == Algorithm::Concurrency) {
             if !store.keeps_leases() {

@@ -37,6 +37,9 @@ impl<S: Store + InspectStore> Explain<S> {
     /// What `/check` would answer to `request` now, and why.
     pub async fn explain(&self, request: &CheckRequest) -> Result<Explanation, CheckError> {
         let plan = self.checks.plan(request)?;
+        // Refused as /check refuses it: slots where no lease is kept, a zone
+        // the server does not know.
+        self.checks.answerable(&plan.check)?;
         let inspection = self.checks.store().inspect(&plan.check).await.map_err(|error| {
             tracing::warn!(%error, "explain could not read the buckets");
             CheckError::StoreUnavailable
