@@ -62,6 +62,7 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
         ("GET", "/openapi.json"),
         ("GET", "/readyz"),
         ("POST", "/admin/blocks"),
+        ("POST", "/admin/explain"),
         ("POST", "/admin/overrides"),
         ("POST", "/auth/{policy}"),
         ("POST", "/check"),
