@@ -1,9 +1,11 @@
 import {
   FALLBACK_RETRY_AFTER_S,
   parseDecision,
+  parseExplanation,
   parseJson,
   parseProblem,
   storeUnavailable,
+  toExplanation,
   toResult,
 } from "./decode.js";
 import { PglimitProblemError, PglimitTimeoutError, PglimitUnavailableError } from "./errors.js";
@@ -11,6 +13,7 @@ import type {
   CallOptions,
   CheckOptions,
   CheckRequest,
+  Explanation,
   Lease,
   LeaseOutcome,
   OnError,
@@ -35,7 +38,9 @@ export class Pglimit {
   readonly #resetUrl: string;
   readonly #releaseUrl: string;
   readonly #renewUrl: string;
+  readonly #explainUrl: string;
   readonly #headers: Record<string, string>;
+  readonly #adminHeaders: Record<string, string>;
   readonly #timeoutMs: number;
   readonly #onError: OnError;
   readonly #fetch: Fetch | undefined;
@@ -47,8 +52,12 @@ export class Pglimit {
     this.#resetUrl = new URL("reset", base).href;
     this.#releaseUrl = new URL("release", base).href;
     this.#renewUrl = new URL("renew", base).href;
+    this.#explainUrl = new URL("admin/explain", base).href;
     this.#headers = { "content-type": "application/json", accept: "application/json" };
+    // The admin calls send the admin token, never the API token (which does not open them).
+    this.#adminHeaders = { ...this.#headers };
     if (options.token !== undefined) this.#headers["authorization"] = `Bearer ${options.token}`;
+    if (options.adminToken !== undefined) this.#adminHeaders["authorization"] = `Bearer ${options.adminToken}`;
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     if (!(timeoutMs > 0)) throw new RangeError("timeoutMs must be a positive number");
     this.#timeoutMs = timeoutMs;
@@ -87,20 +96,41 @@ export class Pglimit {
    * if pglimit cannot be reached (the lease then ends by itself).
    */
   async release(leaseId: string, options?: CallOptions): Promise<boolean> {
-    const answer = await this.#leaseCall(this.#releaseUrl, leaseId, options);
-    return answer !== undefined && (answer as { released?: unknown }).released === true;
+    try {
+      const { answer } = await this.#post(this.#releaseUrl, { lease: leaseId }, options);
+      return (answer as { released?: unknown } | undefined)?.released === true;
+    } catch (error) {
+      if (error instanceof PglimitProblemError && error.type === UNKNOWN_LEASE) return false;
+      throw error;
+    }
   }
 
   /** Extends a lease by its lease time from now. Throws `PglimitProblemError` (404) if it has ended or was released. */
   async renew(leaseId: string, options?: CallOptions): Promise<Lease> {
-    const answer = (await this.#leaseCall(this.#renewUrl, leaseId, options, true)) as
-      | { lease?: { id?: unknown; expires_at?: unknown } }
-      | undefined;
-    const lease = answer?.lease;
+    const { answer } = await this.#post(this.#renewUrl, { lease: leaseId }, options);
+    const lease = (answer as { lease?: { id?: unknown; expires_at?: unknown } } | undefined)?.lease;
     if (typeof lease?.id !== "string" || typeof lease.expires_at !== "string") {
       throw new Error("pglimit answered /renew with a body that is not a lease");
     }
     return { id: lease.id, expiresAt: new Date(lease.expires_at) };
+  }
+
+  /**
+   * What `check(request)` would answer now, and why, counting nothing
+   * (`POST /admin/explain`, an admin call: sent with `adminToken`). Every
+   * answer is an explanation, allowed or not. Throws `PglimitProblemError` for
+   * a 4xx (a wrong admin token: 401; a malformed request or unknown policy:
+   * 400 naming the field) and `PglimitUnavailableError` when pglimit cannot be
+   * reached, does not answer in `timeoutMs` or answers 5xx (`onError` plays no
+   * part: there is no explanation to make up).
+   */
+  async explain(request: CheckRequest, options?: CallOptions): Promise<Explanation> {
+    const { answer, requestId } = await this.#post(this.#explainUrl, request, options, this.#adminHeaders);
+    const explanation = parseExplanation(answer);
+    if (explanation === undefined) {
+      throw new Error("pglimit answered /admin/explain with a body that is not an explanation");
+    }
+    return toExplanation(explanation, requestId);
   }
 
   /**
@@ -126,8 +156,17 @@ export class Pglimit {
     }
   }
 
-  /** POSTs `{ lease }`: the parsed 200 body; `undefined` for an unknown lease unless `strict`. */
-  async #leaseCall(url: string, lease: string, options: CallOptions | undefined, strict = false): Promise<unknown> {
+  /**
+   * POSTs `body` for the parsed 200 answer (`undefined` if it is not JSON).
+   * A 4xx throws `PglimitProblemError`; no answer, a timeout or a 5xx throw
+   * `PglimitUnavailableError`: there is no `onError` outcome for these calls.
+   */
+  async #post(
+    url: string,
+    body: object,
+    options: CallOptions | undefined,
+    headers = this.#headers,
+  ): Promise<{ answer: unknown; requestId: string | undefined }> {
     const callerSignal = options?.signal;
     callerSignal?.throwIfAborted();
     const controller = new AbortController();
@@ -140,13 +179,12 @@ export class Pglimit {
     callerSignal?.addEventListener("abort", onCallerAbort, { once: true });
     try {
       const doFetch: Fetch = this.#fetch ?? fetch;
-      const init = { method: "POST", headers: this.#headers, body: JSON.stringify({ lease }), signal: controller.signal };
+      const init = { method: "POST", headers, body: JSON.stringify(body), signal: controller.signal };
       const response = await doFetch(url, init);
       const text = await response.text();
-      if (response.status === 200) return parseJson(text);
       const requestId = response.headers.get("x-request-id") ?? undefined;
+      if (response.status === 200) return { answer: parseJson(text), requestId };
       const problem = parseProblem(text, response);
-      if (problem.type === UNKNOWN_LEASE && !strict) return undefined;
       const error = new PglimitProblemError(problem, requestId);
       if (response.status >= 400 && response.status < 500) throw error;
       throw new PglimitUnavailableError("error", error);

@@ -105,12 +105,94 @@ export interface PglimitOptions {
   url: string;
   /** Sent as `Authorization: Bearer <token>` (the service's `PGLIMIT_API_TOKENS`). */
   token?: string | undefined;
+  /**
+   * Sent as `Authorization: Bearer <adminToken>` by the admin calls (`explain`)
+   * in place of `token` (the service's `PGLIMIT_ADMIN_TOKENS`; API tokens do
+   * not open them). Without it they send no token, which pglimit accepts only
+   * on a loopback bind with no tokens configured.
+   */
+  adminToken?: string | undefined;
   /** Longest wait for an answer, body included. Default 1000. */
   timeoutMs?: number | undefined;
   /** What a timeout, network error or 5xx gives: admit (default), refuse, or throw `PglimitUnavailableError`. */
   onError?: OnError | undefined;
   /** A fetch to use instead of the global one (e.g. a Workers service binding's `fetch`). */
   fetch?: ((input: string, init: RequestInit) => Promise<Response>) | undefined;
+}
+
+type WireExplanation = Schemas["Explanation"];
+type WireExplainedBucket = Schemas["ExplainedBucket"];
+/** Which rule decides an explained check. */
+export type ExplainReason = WireExplanation["reason"];
+/** The override that applies: the policy file's (`index`) or the API's (`id`). */
+export type ExplainedRule = Schemas["ExplainedRule"];
+
+/** A bucket's stored state in its algorithm's terms, tagged with the algorithm. */
+export type BucketState =
+  | { algorithm: "fixed_window"; count: number; windowEndsAt: Date }
+  | { algorithm: "sliding_window"; windowStartedAt: Date; count: number; previousWindowCount: number }
+  | { algorithm: "sliding_log"; /** When each unit still counted was taken, oldest first. */ entries: Date[] }
+  | { algorithm: "token_bucket"; theoreticalArrivalTime: Date }
+  | { algorithm: "concurrency"; slotsHeld: number; earliestLeaseEnd: Date };
+
+/** A block on a bucket's key: an operator's (`admin`) or a lockout (the bucket's `block_for`). */
+export interface ExplainedBlock {
+  kind: Schemas["ExplainedBlock"]["kind"];
+  reason: string | null;
+  until: Date;
+  since: Date;
+}
+
+/** One bucket of an explained check, with its state and why it allows or denies. */
+export interface ExplainedBucket {
+  name: WireExplainedBucket["name"];
+  /** The first 16 hex digits of the bucket's key (as `/admin/blocks` lists keys); never the identifiers. */
+  key: string;
+  algorithm: Algorithm;
+  /** The limit enforced: an override's, and from memory this instance's share. */
+  limit: number;
+  /** The window (a concurrency bucket's lease), in seconds. */
+  windowSeconds: number;
+  /** What is stored; `null` when nothing stored counts: a full bucket. */
+  state: BucketState | null;
+  /** Whether this bucket alone has room for the cost now. */
+  allowed: boolean;
+  remaining: number;
+  /** When this bucket is back to its full limit. */
+  resetAt: Date;
+  /** Whole seconds until a check of this cost passes this bucket (a block's end); 0 when it has room. */
+  retryAfter: number;
+  block: ExplainedBlock | null;
+  /** Checks this pglimit instance holds waiting (`maxWait`) on this key. */
+  waiters: number;
+  /** Why this bucket allows or denies, in a sentence. */
+  why: string;
+}
+
+/** What `check` would answer now for the same request, and why; nothing was counted. */
+export interface Explanation {
+  /** The policy; `null` for an ad hoc key. */
+  policy: string | null;
+  cost: number;
+  /** What `check` would answer now (`true` for a shadow policy: see `wouldAllow`). */
+  allowed: boolean;
+  reason: ExplainReason;
+  /** The answer in a sentence or two, naming the bucket or rule that decides. */
+  why: string;
+  rule: ExplainedRule | null;
+  shadow?: true;
+  /** In shadow mode only: whether enforcing the policy would admit it. */
+  wouldAllow?: boolean;
+  /** `memory`: read from this instance's memory while Postgres is away. */
+  store: WireExplanation["store"];
+  degraded: boolean;
+  /** The store's clock when it read the buckets. */
+  checkedAt: Date;
+  /** This instance repeats a remembered denial of this exact check until then, without asking Postgres. */
+  rememberedDenialUntil?: Date;
+  buckets: ExplainedBucket[];
+  /** The service's `x-request-id`. */
+  requestId?: string;
 }
 
 export interface CallOptions {

@@ -251,6 +251,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/explain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What /check would answer now for a check, and why, counting nothing
+         * @description Takes the body of POST /check (max_wait is accepted and plays no part) and answers 200 whether the check would be allowed or not: which rule decides (a bucket without room, an operator's block or a lockout, an allow or deny list entry, Postgres being away under on_store_error), the override that applies, and each bucket's stored state in its algorithm's terms with this instance's waiters on its key. Nothing is counted, created or remembered. Keys are shown by their first 16 hex digits, never the identifiers. An admin route: it names blocks, overrides and waiters.
+         */
+        post: operations["explain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/overrides": {
         parameters: {
             query?: never;
@@ -689,6 +709,124 @@ export interface components {
             /** @description A lease id as a check answered it */
             lease: string;
         };
+        /** @description What POST /check would answer now for the same body, and why. Nothing was counted. */
+        Explanation: {
+            /** @description The policy checked; null for an ad hoc key */
+            policy: string | null;
+            cost: number;
+            /** @description Whether /check would admit it now (true for a shadow policy: see would_allow) */
+            allowed: boolean;
+            /**
+             * @description What decides: allowed (every bucket has room), denied (a bucket has no room for the cost), blocked (a bucket's key is blocked: an operator's block or a lockout), allow_listed and deny_listed (an override admits or refuses it uncounted), store_unavailable (Postgres is away and the policy may not fall back to memory: its on_store_error decides, allow or deny)
+             * @enum {unknown}
+             */
+            reason: "allowed" | "denied" | "blocked" | "allow_listed" | "deny_listed" | "store_unavailable";
+            /** @description The answer in a sentence or two, naming the bucket or rule that decides */
+            why: string;
+            /** @description The override that applies, if any */
+            rule: components["schemas"]["ExplainedRule"] | null;
+            /**
+             * @description Present (true) only for a policy in shadow mode
+             * @constant
+             */
+            shadow?: true;
+            /** @description In shadow mode only: whether enforcing the policy would admit it */
+            would_allow?: boolean;
+            /**
+             * @description Where the buckets were read: memory is this instance's, during an outage (its share of each limit; blocks cannot be read then)
+             * @enum {unknown}
+             */
+            store: "postgres" | "memory";
+            /** @description Postgres could not be read */
+            degraded: boolean;
+            /**
+             * Format: date-time
+             * @description The store's clock when it read the buckets
+             */
+            checked_at: string;
+            /**
+             * Format: date-time
+             * @description Present when this instance repeats a remembered denial of this exact check until then without asking Postgres
+             */
+            remembered_denial_until?: string;
+            buckets: components["schemas"]["ExplainedBucket"][];
+        };
+        /** @description An override entry: the policy file's (by file_override, its index among [[overrides]]) or one set through the API (by api_override, its id). action: limits (other limits, counted as usual), unlimited (allow list), deny (deny list) */
+        ExplainedRule: {
+            /** @constant */
+            by: "file_override";
+            index: number;
+            /** @enum {unknown} */
+            action: "limits" | "unlimited" | "deny";
+        } | {
+            /** @constant */
+            by: "api_override";
+            id: string;
+            /** @enum {unknown} */
+            action: "limits" | "unlimited" | "deny";
+        };
+        ExplainedBucket: {
+            name: string;
+            /** @description The first 16 hex digits of the bucket's key (as in GET /admin/blocks), never the identifiers */
+            key: string;
+            /** @enum {unknown} */
+            algorithm: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | "concurrency";
+            /** @description The limit enforced: an override's, and from memory this instance's share */
+            limit: number;
+            /** @description The window in seconds (a concurrency bucket's lease) */
+            window_s: number;
+            /** @description What is stored, in the algorithm's terms; null when nothing stored counts (no row, or an expired one): a full bucket */
+            state: components["schemas"]["BucketState"] | null;
+            /** @description Whether this bucket alone has room for the cost now */
+            allowed: boolean;
+            remaining: number;
+            /**
+             * Format: date-time
+             * @description When this bucket is back to its full limit
+             */
+            reset_at: string;
+            /** @description Whole seconds until a check of this cost passes this bucket (a block's end); null when it has room */
+            retry_after_s: number | null;
+            /** @description The block on this bucket's key, if any */
+            block: components["schemas"]["ExplainedBlock"] | null;
+            /** @description Checks this instance holds waiting (max_wait) on this key */
+            waiters: number;
+            /** @description Why this bucket allows or denies, in a sentence */
+            why: string;
+        };
+        ExplainedBlock: {
+            /**
+             * @description admin: POST /admin/blocks; lockout: a bucket with block_for denied
+             * @enum {unknown}
+             */
+            kind: "admin" | "lockout";
+            reason: string | null;
+            /** Format: date-time */
+            until: string;
+            /** Format: date-time */
+            since: string;
+        };
+        /** @description A bucket's stored state, by its algorithm */
+        BucketState: {
+            count: number;
+            /** Format: date-time */
+            window_ends_at: string;
+        } | {
+            /** Format: date-time */
+            window_started_at: string;
+            count: number;
+            previous_window_count: number;
+        } | {
+            /** @description When each unit still counted was taken, oldest first */
+            entries: string[];
+        } | {
+            /** Format: date-time */
+            theoretical_arrival_time: string;
+        } | {
+            slots_held: number;
+            /** Format: date-time */
+            earliest_lease_end: string;
+        };
     };
     responses: {
         /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged); 415 unsupported-media-type: a body not declared Content-Type: application/json; 421 misdirected-request: on a loopback bind, a Host other than localhost or an IP address (DNS rebinding) */
@@ -972,6 +1110,38 @@ export interface operations {
                         unblocked: components["schemas"]["BlockTarget"][];
                         lifted: number;
                     };
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    explain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckRequest"];
+            };
+        };
+        responses: {
+            /** @description The explanation, allowed or not (a denial is no error here either) */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Explanation"];
                 };
             };
             400: components["responses"]["Problem"];
