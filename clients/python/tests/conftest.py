@@ -27,10 +27,11 @@ from typing import Any, AsyncIterator, Callable, Iterator, Literal, Optional
 
 import pytest
 
-from pglimit import AsyncPglimit, CheckResult, Lease, Pglimit
+from pglimit import AsyncPglimit, CheckResult, Explanation, Lease, Pglimit
 
 HERE = Path(__file__).resolve().parent.parent  # clients/python
 TOKEN = "py-client-test-token"
+ADMIN_TOKEN = "py-client-test-admin-token"
 Kind = Literal["sync", "async"]
 
 
@@ -75,9 +76,8 @@ def _listening_addr(log: Path) -> Optional[str]:
     return None
 
 
-@pytest.fixture(scope="session")
-def pglimit_url() -> Iterator[str]:
-    """Base URL of a pglimit started for this session (API token: TOKEN)."""
+def _serve(extra_env: dict[str, str]) -> Iterator[str]:
+    """Start pglimit with API token TOKEN and ``extra_env``, yield its base URL, stop it."""
     binary = _binary()
     work = Path(tempfile.mkdtemp(prefix="pglimit-py-"))
     work.chmod(0o755)  # as root, the private cluster runs as `postgres`, which must enter it
@@ -88,6 +88,7 @@ def pglimit_url() -> Iterator[str]:
         "PGLIMIT_BIND": "127.0.0.1:0",
         "PGLIMIT_LOG_FORMAT": "json",
         "PGLIMIT_API_TOKENS": TOKEN,
+        **extra_env,
     }
     env.pop("PGLIMIT_POLICIES", None)  # the tests rely on the built-in `login`
     if env.get("DATABASE_URL"):
@@ -122,6 +123,18 @@ def pglimit_url() -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pglimit_url() -> Iterator[str]:
+    """Base URL of a pglimit started for this session (API token: TOKEN)."""
+    yield from _serve({})
+
+
+@pytest.fixture(scope="session")
+def admin_pglimit_url() -> Iterator[str]:
+    """A second pglimit, with admin token ADMIN_TOKEN too, for the admin calls."""
+    yield from _serve({"PGLIMIT_ADMIN_TOKENS": ADMIN_TOKEN})
 
 
 @pytest.fixture
@@ -176,6 +189,12 @@ class EitherClient:
             return self.sync.renew(lease_id)
         assert self.aio is not None
         return await self.aio.renew(lease_id)
+
+    async def explain(self, **kw: Any) -> Explanation:
+        if self.sync is not None:
+            return self.sync.explain(**kw)
+        assert self.aio is not None
+        return await self.aio.explain(**kw)
 
     async def close(self) -> None:
         if self.sync is not None:

@@ -110,7 +110,25 @@ def test_with_lease_releases_quietly_and_only_a_lease() -> None:
     assert core().release_on_exit(check("raise", 200, DECISION)) is None
 
 
-PUBLIC = ["check", "peek", "reset", "release", "renew", "with_lease"]
+def test_an_explain_carries_the_admin_token_not_the_api_token_and_raises_on_any_failure() -> None:
+    admin = Core("http://pglimit:8080/", "s3cret", 0.5, "allow", admin_token="adm1n")
+    request = admin.explain(KEY_BODY, "req-1").request
+    assert (request.url, request.body, request.timeout) == ("http://pglimit:8080/admin/explain", KEY_BODY, 0.5)
+    assert request.headers == {"user-agent": "pglimit-python/0.1.0", "accept": "application/json",
+                               "authorization": "Bearer adm1n", "x-request-id": "req-1"}  # fmt: skip
+    assert "authorization" not in core().explain(KEY_BODY, None).request.headers, "no admin token, none sent"
+    assert core().check(KEY_BODY, None).request.headers["authorization"] == "Bearer s3cret"
+    with pytest.raises(PglimitUnavailable):  # on_error does not apply to explain
+        admin.explain(KEY_BODY, None).failed(httpx.ConnectError("refused"), timed_out=False)
+    with pytest.raises(PglimitUnavailable) as garbled:
+        admin.explain(KEY_BODY, None).answered(200, "OK", {}, json.dumps(DECISION).encode())
+    assert "not an explanation" in str(garbled.value)
+    with pytest.raises(PglimitUnavailable) as down:
+        admin.explain(KEY_BODY, None).answered(503, "Service Unavailable", {}, json.dumps(STORE_DOWN).encode())
+    assert down.value.problem is not None and down.value.problem.kind == "store-unavailable"
+
+
+PUBLIC = ["check", "peek", "reset", "release", "renew", "with_lease", "explain"]
 
 
 def test_both_clients_offer_the_same_methods_and_the_async_ones_are_coroutine_functions() -> None:

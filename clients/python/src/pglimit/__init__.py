@@ -11,6 +11,18 @@ from ._core import OnError, Window
 from .aio import AsyncPglimit
 from .client import Pglimit
 from .errors import PglimitError, PglimitProblem, PglimitUnavailable
+from .explanation import (
+    Block,
+    BucketState,
+    ConcurrencyState,
+    ExplainedBucket,
+    ExplainReason,
+    Explanation,
+    FixedWindowState,
+    SlidingLogState,
+    SlidingWindowState,
+    TokenBucketState,
+)
 from .headers import rate_limit_headers
 from .result import Algorithm, BucketResult, CheckResult, Lease, Override, Reason, Store
 
@@ -19,8 +31,15 @@ __version__ = "0.1.0"
 __all__ = [
     "Algorithm",
     "AsyncPglimit",
+    "Block",
     "BucketResult",
+    "BucketState",
     "CheckResult",
+    "ConcurrencyState",
+    "ExplainReason",
+    "ExplainedBucket",
+    "Explanation",
+    "FixedWindowState",
     "Lease",
     "OnError",
     "Override",
@@ -29,7 +48,10 @@ __all__ = [
     "PglimitProblem",
     "PglimitUnavailable",
     "Reason",
+    "SlidingLogState",
+    "SlidingWindowState",
     "Store",
+    "TokenBucketState",
     "Window",
     "rate_limit_headers",
 ]

@@ -12,17 +12,19 @@ from __future__ import annotations
 from typing import Any, Callable, Generic, Literal, Mapping, Optional, Sequence, TypeVar, overload
 
 from ._core import Call, Core, OnError, Window, build_body
+from .explanation import Explanation
 from .result import Algorithm, CheckResult, Lease
 
 _R = TypeVar("_R")  # what check, peek and reset return
 _B = TypeVar("_B")  # what release returns
 _L = TypeVar("_L")  # what renew returns
 _H = TypeVar("_H")  # what with_lease returns
+_E = TypeVar("_E")  # what explain returns
 _Http = TypeVar("_Http")  # the httpx client: Client or AsyncClient
 
 
-class ClientMethods(Generic[_R, _B, _L, _H, _Http]):
-    """check, peek, reset, release, renew and with_lease, over ``_send`` and ``_held``."""
+class ClientMethods(Generic[_R, _B, _L, _H, _E, _Http]):
+    """check, peek, reset, release, renew, with_lease and explain, over ``_send`` and ``_held``."""
 
     def __init__(
         self,
@@ -31,6 +33,7 @@ class ClientMethods(Generic[_R, _B, _L, _H, _Http]):
         timeout: float = 1.0,
         on_error: OnError = "allow",
         *,
+        admin_token: Optional[str] = None,
         http_client: Optional[_Http] = None,
     ) -> None:
         """Check the arguments (a ValueError names a bad one); nothing connects yet.
@@ -42,11 +45,16 @@ class ClientMethods(Generic[_R, _B, _L, _H, _Http]):
             connection error, 5xx): ``"allow"`` (fail open), ``"deny"`` (fail
             closed, ``retry_after=1``) or ``"raise"`` (:class:`PglimitUnavailable`).
             A 4xx problem document always raises :class:`PglimitProblem`.
+        :param admin_token: sent as ``Authorization: Bearer <admin_token>`` by
+            the admin calls (:meth:`explain`) in place of ``token``: one of the
+            service's ``PGLIMIT_ADMIN_TOKENS`` (API tokens do not open them).
+            Without it they send no token, which pglimit accepts only on a
+            loopback bind with no tokens configured.
         :param http_client: an ``httpx.Client`` (``httpx.AsyncClient`` for
             :class:`AsyncPglimit`) of your own (proxies, TLS, transports); it
             is not closed by :meth:`close`.
         """
-        self._core = Core(url, token, timeout, on_error)
+        self._core = Core(url, token, timeout, on_error, admin_token)
         self._owns_http = http_client is None
         self._http: _Http = http_client if http_client is not None else self._new_http()
 
@@ -246,6 +254,61 @@ class ClientMethods(Generic[_R, _B, _L, _H, _Http]):
 
         return self._held(start)
 
+    @overload
+    def explain(
+        self, *, policy: str, identifiers: Mapping[str, str], cost: int = 1, request_id: Optional[str] = None
+    ) -> _E: ...
+
+    @overload
+    def explain(
+        self,
+        *,
+        key: str,
+        limit: int,
+        window: Window,
+        algorithm: Optional[Algorithm] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> _E: ...
+
+    @overload
+    def explain(
+        self,
+        *,
+        key: str,
+        limit: int,
+        algorithm: Literal["concurrency"],
+        lease: Window,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> _E: ...
+
+    def explain(
+        self,
+        *,
+        policy: Optional[str] = None,
+        identifiers: Optional[Mapping[str, str]] = None,
+        key: Optional[str] = None,
+        limit: Optional[int] = None,
+        window: Optional[Window] = None,
+        algorithm: Optional[Algorithm] = None,
+        lease: Optional[Window] = None,
+        cost: int = 1,
+        request_id: Optional[str] = None,
+    ) -> _E:
+        """What ``check`` with the same arguments would answer now, and why,
+        counting nothing (``POST /admin/explain``): an :class:`Explanation`,
+        allowed or not. An admin call, sent with ``admin_token``; a wrong one
+        raises :class:`PglimitProblem` (401), as does a bad argument or an
+        unknown policy (400, naming the field). ``on_error`` plays no part:
+        pglimit unreachable, too slow or answering 5xx raises
+        :class:`PglimitUnavailable`."""
+        body = build_body(
+            policy=policy, identifiers=identifiers, key=key, limit=limit,
+            window=window, algorithm=algorithm, cost=cost, lease=lease,
+        )  # fmt: skip
+        return self._send(self._core.explain(body, request_id))
+
     # The shell's I/O: send a call and read its outcome (a value in
     # Pglimit, a coroutine in AsyncPglimit), and hold a lease for a block.
 
@@ -257,6 +320,9 @@ class ClientMethods(Generic[_R, _B, _L, _H, _Http]):
 
     @overload
     def _send(self, call: Call[Lease]) -> _L: ...
+
+    @overload
+    def _send(self, call: Call[Explanation]) -> _E: ...
 
     def _send(self, call: Call[Any]) -> Any:
         raise NotImplementedError

@@ -19,6 +19,7 @@ from ._body import build_body as build_body
 from ._body import format_window as format_window
 from ._body import window_seconds
 from .errors import PglimitProblem, PglimitUnavailable
+from .explanation import Explanation, parse_explanation
 from .result import CheckResult, Lease, Reason, fallback_result, parse_decision, parse_lease
 
 OnError = Literal["allow", "deny", "raise"]
@@ -79,9 +80,14 @@ class Call(Generic[T]):
 class Core:
     """Validated constructor arguments, and the call each client method makes."""
 
-    __slots__ = ("check_url", "reset_url", "release_url", "renew_url", "timeout", "on_error", "headers")
+    __slots__ = (
+        "check_url", "reset_url", "release_url", "renew_url", "explain_url",
+        "timeout", "on_error", "headers", "admin_headers",
+    )  # fmt: skip
 
-    def __init__(self, url: str, token: Optional[str], timeout: float, on_error: str) -> None:
+    def __init__(
+        self, url: str, token: Optional[str], timeout: float, on_error: str, admin_token: Optional[str] = None
+    ) -> None:
         if on_error not in ("allow", "deny", "raise"):
             raise ValueError(f'on_error must be "allow", "deny" or "raise", not {on_error!r}')
         if not timeout > 0:
@@ -93,16 +99,30 @@ class Core:
         self.reset_url = base + "/reset"
         self.release_url = base + "/release"
         self.renew_url = base + "/renew"
+        self.explain_url = base + "/admin/explain"
         # One number bounds every phase (connect, write, read, pool wait):
         # pglimit answers in a single read, so in practice it bounds the call.
         self.timeout = float(timeout)
         self.on_error: OnError = on_error  # type: ignore[assignment]  # checked above
         self.headers = {"user-agent": USER_AGENT, "accept": "application/json"}
+        # Admin calls send the admin token, never the API token (which does not open them).
+        self.admin_headers = dict(self.headers)
         if token is not None:
             self.headers["authorization"] = f"Bearer {token}"
+        if admin_token is not None:
+            self.admin_headers["authorization"] = f"Bearer {admin_token}"
 
-    def _request(self, url: str, body: Dict[str, Any], request_id: Optional[str], timeout: float) -> Request:
-        headers = self.headers if request_id is None else {**self.headers, "x-request-id": request_id}
+    def _request(
+        self,
+        url: str,
+        body: Dict[str, Any],
+        request_id: Optional[str],
+        timeout: float,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> Request:
+        headers = self.headers if headers is None else headers
+        if request_id is not None:
+            headers = {**headers, "x-request-id": request_id}
         return Request("POST", url, headers, body, timeout)
 
     def check(
@@ -122,6 +142,11 @@ class Core:
     def renew(self, lease_id: str, request_id: Optional[str]) -> Call[Lease]:
         request = self._request(self.renew_url, {"lease": lease_id}, request_id, self.timeout)
         return Call(request, renewed)
+
+    def explain(self, body: Dict[str, Any], request_id: Optional[str]) -> Call[Explanation]:
+        """A POST /admin/explain of a check's body, with the admin token."""
+        request = self._request(self.explain_url, body, request_id, self.timeout, self.admin_headers)
+        return Call(request, explained)
 
     def release_on_exit(self, result: CheckResult) -> Optional[Call[bool]]:
         """The release ``with_lease`` makes on leaving its block, if the check took a lease.
@@ -232,11 +257,11 @@ def decision(on_error: OnError, outcome: Outcome) -> CheckResult:
         return fail(on_error, "error", f"pglimit's answer ({status}) is not a decision: {exc}", exc)
 
 
-def lease_answer(outcome: Outcome, *, strict: bool) -> Optional[Dict[str, Any]]:
-    """The body of a /release or /renew answer; None for an unknown lease
-    unless ``strict``. There is no ``on_error`` here (nothing is admitted):
-    pglimit unreachable raises :class:`PglimitUnavailable`, a 4xx
-    :class:`PglimitProblem`."""
+def answer_body(outcome: Outcome, *, strict: bool) -> Optional[Dict[str, Any]]:
+    """The body of a /release, /renew or /admin/explain answer; None for an
+    unknown lease unless ``strict``. There is no ``on_error`` here (nothing
+    is admitted): pglimit unreachable raises :class:`PglimitUnavailable`, a
+    4xx :class:`PglimitProblem`."""
     if isinstance(outcome, Failure):
         _raise(*_unanswered(outcome), outcome.cause, None)
     request_id = outcome.headers.get("x-request-id")
@@ -258,7 +283,7 @@ def lease_answer(outcome: Outcome, *, strict: bool) -> Optional[Dict[str, Any]]:
 
 def released(outcome: Outcome) -> bool:
     """Whether a release freed slots (false: released already, ended, or unknown)."""
-    body = lease_answer(outcome, strict=False)
+    body = answer_body(outcome, strict=False)
     return body is not None and body.get("released") is True
 
 
@@ -271,8 +296,18 @@ def _quietly_released(outcome: Outcome) -> bool:
 
 def renewed(outcome: Outcome) -> Lease:
     """The lease a renewal answers."""
-    body = lease_answer(outcome, strict=True)
+    body = answer_body(outcome, strict=True)
     try:
         return parse_lease(body["lease"] if body is not None else None)
     except (ValueError, KeyError, TypeError) as exc:
         _raise("error", f"pglimit's answer to /renew is not a lease: {exc}", exc, None)
+
+
+def explained(outcome: Outcome) -> Explanation:
+    """The explanation /admin/explain answers (every answer is one, allowed or not)."""
+    body = answer_body(outcome, strict=True)
+    request_id = outcome.headers.get("x-request-id") if isinstance(outcome, Answer) else None
+    try:
+        return parse_explanation(body, request_id)
+    except (ValueError, KeyError, TypeError) as exc:
+        _raise("error", f"pglimit's answer to /admin/explain is not an explanation: {exc}", exc, None)

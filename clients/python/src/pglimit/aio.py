@@ -18,6 +18,7 @@ import httpx
 from ._api import ClientMethods
 from ._core import Call
 from ._httpx import answered, failed
+from .explanation import Explanation
 from .result import CheckResult, Lease
 
 __all__ = ["AsyncPglimit"]
@@ -28,7 +29,12 @@ _Co = Coroutine[Any, Any, T]
 
 class AsyncPglimit(
     ClientMethods[
-        _Co[CheckResult], _Co[bool], _Co[Lease], AsyncContextManager[CheckResult], httpx.AsyncClient
+        _Co[CheckResult],
+        _Co[bool],
+        _Co[Lease],
+        AsyncContextManager[CheckResult],
+        _Co[Explanation],
+        httpx.AsyncClient,
     ]
 ):
     """A pglimit client (async). See :class:`pglimit.Pglimit` for blocking code.
@@ -97,5 +103,5 @@ def _coroutine_function(name: str) -> Callable[..., _Co[Any]]:
     return run
 
 
-for _name in ("check", "peek", "reset", "release", "renew"):
+for _name in ("check", "peek", "reset", "release", "renew", "explain"):
     setattr(AsyncPglimit, _name, _coroutine_function(_name))

@@ -16,6 +16,7 @@ import httpx
 from ._api import ClientMethods
 from ._core import Call
 from ._httpx import answered, failed
+from .explanation import Explanation
 from .result import CheckResult, Lease
 
 __all__ = ["Pglimit"]
@@ -23,7 +24,9 @@ __all__ = ["Pglimit"]
 T = TypeVar("T")
 
 
-class Pglimit(ClientMethods[CheckResult, bool, Lease, ContextManager[CheckResult], httpx.Client]):
+class Pglimit(
+    ClientMethods[CheckResult, bool, Lease, ContextManager[CheckResult], Explanation, httpx.Client]
+):
     """A pglimit client (sync). See :class:`pglimit.AsyncPglimit` for asyncio.
 
     Its arguments are described at :meth:`__init__`; ``http_client`` is an
