@@ -105,7 +105,7 @@ def main(driver):
     def _():
         b.go(driver, "top")
         if ROUTES["top"]:
-            b.wait_text(driver, "top-result", "login", "email", IP)
+            b.wait_text(driver, "top-result", "login", "email")
         else:
             missing(driver, "top-problem", "GET /admin/top")
         b.screenshot(driver, "top")
