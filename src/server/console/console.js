@@ -393,7 +393,11 @@
   document.addEventListener("DOMContentLoaded", () => {
     $("token-form").addEventListener("submit", useToken);
     $("token-forget").addEventListener("click", forgetToken);
-    window.addEventListener("hashchange", () => show(location.hash.slice(1), true));
+    // Only a section's name switches sections ("#main", the skip link's, does not).
+    window.addEventListener("hashchange", () => {
+      const name = location.hash.slice(1);
+      if (SECTIONS.includes(name)) show(name, true);
+    });
     $("overview-refresh").addEventListener("click", loadOverview);
     $("lookup-form").addEventListener("submit", explain);
     $("lookup-policy").addEventListener("change", () => setPolicies(policies));
