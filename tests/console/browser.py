@@ -29,9 +29,9 @@ TOKEN = os.environ["CONSOLE_TOKEN"]
 SHOTS = os.environ["CONSOLE_SHOTS"]
 WITHOUT = {r for r in os.environ.get("CONSOLE_WITHOUT", "").split(",") if r}
 
-# PGLIMIT_REQUEST_TIMEOUT_MS unset: the longest a request may take before
-# its 503, so the longest before the page has an answer to show.
-REQUEST_TIMEOUT_S = 30.0
+# The instances' PGLIMIT_REQUEST_TIMEOUT_MS: the longest a request may take
+# before its 503, so the longest before the page has an answer to show.
+REQUEST_TIMEOUT_S = int(os.environ["CONSOLE_REQUEST_TIMEOUT_MS"]) / 1000
 # "Applied by every instance within a second" (POST /admin/overrides).
 OVERRIDES_REACH_S = 1.0
 DESKTOP = (1280, 1000)
@@ -82,6 +82,7 @@ def route_present(method, path, body=None):
 def browser():
     options = Options()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    # --no-sandbox: Chromium will not start its sandbox as root, which CI runs as.
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=%d,%d" % DESKTOP, "--force-device-scale-factor=1"):
         options.add_argument(flag)
