@@ -6,11 +6,13 @@ instances of one deployment (tests/console/run starts them):
 3. the blocks page lists the block support was called about;
 4. the top-denied page lists the blocked identity's denials;
 5. the blocked identity is looked up (explain) with the keyboard alone;
-6. it is unblocked from the console, and its next /check is admitted;
+6. it is unblocked from the console, and its next /check is admitted; its
+   counters are reset;
 7. the audit log shows that unblock, by the token's name;
-8. an override with an end time, added on the first instance, is listed on
-   the second and decides its checks within a second; removed there, it
-   stops deciding the first's;
+8. an override ending in the past is refused, the problem's detail and
+   field shown; one with an end time, added on the first instance, is
+   listed on the second and decides its checks within a second; removed
+   there, it stops deciding the first's;
 9. the overview at 375 px wide needs no sideways scrolling.
 
 Each page is screenshotted (browser.SHOTS). A step that needs a route the
@@ -130,6 +132,8 @@ def main(driver):
         if ROUTES["explain"]:
             b.wait_text(driver, "lookup-result", "Allowed")
         b.screenshot(driver, "lookup-unblocked")
+        b.by_id(driver, "act-reset").click()
+        b.wait_text(driver, "act-done", "Reset: the counters of this identity start afresh")
 
     @step("the audit log shows the unblock by the token's name", needs="audit")
     def _():
@@ -181,6 +185,15 @@ def keyboard_lookup(driver):
     driver.switch_to.active_element.send_keys(Keys.ENTER)
 
 
+def set_until(driver, local):
+    """The end of an override, in the browser's local time (this machine's):
+    a datetime-local field's typed form depends on the locale, its value
+    does not."""
+    value = local.replace(microsecond=0).isoformat()
+    driver.execute_script("const u = document.getElementById('override-until'); u.value = arguments[0];"
+                          "u.dispatchEvent(new Event('input'))", value)
+
+
 def override_on_two_instances(driver):
     first = driver.current_window_handle
     driver.switch_to.new_window("window")
@@ -192,10 +205,11 @@ def override_on_two_instances(driver):
     Select(b.by_id(driver, "override-policy")).select_by_visible_text("login")
     b.by_id(driver, "override-when-email").send_keys(CAROL["email"])
     driver.find_element(By.CSS_SELECTOR, 'input[name="override-action"][value="deny"]').click()
-    until = (datetime.now() + timedelta(hours=2)).replace(microsecond=0).isoformat()
-    driver.execute_script("const u = document.getElementById('override-until'); u.value = arguments[0];"
-                          "u.dispatchEvent(new Event('input'))", until)
     b.by_id(driver, "override-note").send_keys(NOTE)
+    set_until(driver, datetime.now() - timedelta(hours=1))
+    b.by_id(driver, "override-add").click()
+    b.wait_text(driver, "override-problem", "until is in the past", "[field: until]")
+    set_until(driver, datetime.now() + timedelta(hours=2))
     status = b.http("POST", SECOND + "/check", login(CAROL, cost=0))[0]
     if status != 200:
         raise StoryFailed("before the override, carol's check on the second instance answered %s" % status)
