@@ -30,7 +30,8 @@
 #   wait_http URL [PID [LOGFILE]] waits until URL answers with any HTTP status
 #   wait_tcp PORT [PID [LOGFILE]] waits until something accepts connections on loopback PORT
 #   need_podman                   podman, buildah, podman-compose, mmdebstrap; exports CONTAINERS_CONF
-#   (need_envoy, need_traefik, need_caddy and the last four: scripts/tools.sh, sourced here)
+#   (need_envoy, need_traefik, need_caddy, need_chromium, need_selenium and the last four:
+#   scripts/tools.sh, sourced here)
 #   as_pg CMD...                  CMD as the account that runs PostgreSQL (`postgres` when root)
 #   pg_start [OPTION...] DATADIR [SETTING...]
 #                                 a throwaway PostgreSQL on loopback at a free port (PG_PORT)

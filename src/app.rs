@@ -87,6 +87,7 @@ impl Service {
         let shared = Arc::new(Shared::new(store, policies, secret, config.shadow));
         let services = services(Arc::clone(&shared), config, metrics).await;
         let mut background = Background::default();
+        background.0.push(telemetry::sample_every_minute(Arc::clone(shared.minutes())));
         let policies = config.policies.clone();
         background.0.push(crate::reload::spawn(policies, config.watch_policies, shared, hangup));
         if let Some(endpoint) = &services.metrics {
@@ -124,6 +125,7 @@ async fn services(
         request_timeout: config.request_timeout,
         loopback_bind: config.bind.ip().is_loopback(),
         slow_checks: telemetry::SlowChecks::new(config.slow_checks),
+        console: config.console,
     }
 }
 

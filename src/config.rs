@@ -67,6 +67,8 @@ pub struct Config {
     pub max_waiting: usize,
     /// The runtime's worker threads; `None`: one per CPU.
     pub worker_threads: Option<usize>,
+    /// Serve the support console at `/console` (`PGLIMIT_CONSOLE=on`).
+    pub console: bool,
 }
 
 /// Redacts the database URL (it may hold a password) and the API tokens.
@@ -137,8 +139,10 @@ impl Config {
             slow_checks: v::SLOW_CHECKS.read(&get)?,
             max_waiting: v::MAX_WAITING.read(&get)?,
             worker_threads: v::WORKER_THREADS.given(&get)?,
+            console: v::CONSOLE.read(&get)?,
             request_timeout: Duration::ZERO,
         };
+        console_needs_admin_tokens(&config)?;
         Ok(Self { request_timeout: request_timeout(&get, config.db_timeout)?, ..config })
     }
 }
@@ -162,6 +166,18 @@ fn request_timeout(
         return Err(ConfigError::new(v::REQUEST_TIMEOUT_MS.var, reason));
     }
     Ok(timeout)
+}
+
+/// The console's page holds no data, and every call it makes takes an
+/// admin token: without one it would be a page that can do nothing, or,
+/// were the admin routes open on loopback, a way in for any local page.
+fn console_needs_admin_tokens(config: &Config) -> Result<(), ConfigError> {
+    if config.console && config.admin_tokens.is_empty() {
+        let reason = "is on but PGLIMIT_ADMIN_TOKENS is not set: the console's calls take an admin token \
+                      (set PGLIMIT_ADMIN_TOKENS or PGLIMIT_ADMIN_TOKENS_FILE, or PGLIMIT_CONSOLE=off)";
+        return Err(ConfigError::new(v::CONSOLE.var, reason));
+    }
+    Ok(())
 }
 
 /// Comma-separated; a newline separates too, so that a file of tokens may
@@ -215,10 +231,21 @@ mod tests {
             ("PGLIMIT_REQUEST_TIMEOUT_MS", "1000"),
             ("PGLIMIT_SLOW_CHECKS", "100001"),
             ("PGLIMIT_WORKER_THREADS", "0"),
+            ("PGLIMIT_CONSOLE", "true"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);
         }
+    }
+
+    #[test]
+    fn the_console_is_off_unless_asked_for_and_then_needs_admin_tokens() {
+        assert!(!config(&[]).expect("valid").console);
+        let err = config(&[("PGLIMIT_CONSOLE", "on")]).unwrap_err().to_string();
+        assert!(err.starts_with("PGLIMIT_CONSOLE: is on but PGLIMIT_ADMIN_TOKENS is not set"), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+        let on = config(&[("PGLIMIT_CONSOLE", "on"), ("PGLIMIT_ADMIN_TOKENS", "alice:s3cret")]);
+        assert!(on.expect("valid").console);
     }
 
     #[test]

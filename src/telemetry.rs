@@ -16,10 +16,14 @@
 //! count; series that cannot happen (a policy's impossible outcomes, reloads
 //! without a policy file) are never shown.
 //!
+//! The checks and denials of each recent minute ([`Minutes`]) are here
+//! too, for the console's overview.
+//!
 //! The slow-check log ([`SlowChecks`]) is here too: what it records is
 //! plain durations and labels, and it serves operators as metrics do.
 
 mod checks;
+mod minutes;
 mod slow;
 mod waits;
 
@@ -30,6 +34,7 @@ use metrics::{counter, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use checks::{Outcome, PolicyCounters, ADHOC, DECISIONS, STORES};
+pub use minutes::{sample_every_minute, Minute, Minutes, MINUTES_SHOWN};
 pub use slow::{SlowCheck, SlowChecks, SlowListing};
 pub use waits::{wait_ended, wait_refused, waiting, waits_expected};
 

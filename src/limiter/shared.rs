@@ -13,7 +13,7 @@ use super::outcomes::Shape;
 use super::overrides::in_force::ApiOverrides;
 use crate::policy::Policies;
 use crate::storage::Store;
-use crate::telemetry::PolicyCounters;
+use crate::telemetry::{Minutes, PolicyCounters};
 
 /// The state every service of the limiter holds an `Arc` of; only the
 /// policies and the API overrides change, each swapped whole.
@@ -29,6 +29,8 @@ pub struct Shared<S> {
     pub(super) shadow_all: bool,
     /// Overrides set through the API, swapped whole on every change.
     pub(super) api_overrides: ArcSwap<ApiOverrides>,
+    /// This instance's checks and denials in each recent minute.
+    pub(super) minutes: Arc<Minutes>,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -67,7 +69,8 @@ impl<S: Store> Shared<S> {
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(PoliciesInForce::new(policies, shadow_all));
         let api_overrides = ArcSwap::default();
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides }
+        let minutes = Arc::default();
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, minutes }
     }
 
     pub fn store(&self) -> &S {
@@ -77,6 +80,16 @@ impl<S: Store> Shared<S> {
     /// The policies in force.
     pub fn policies(&self) -> Arc<Policies> {
         Arc::clone(&self.in_force.load().policies)
+    }
+
+    /// Whether `policy`'s denials are only reported, never enforced.
+    pub fn is_shadow(&self, policy: &crate::policy::Policy) -> bool {
+        self.shadow_all || policy.mode == crate::policy::Mode::Shadow
+    }
+
+    /// This instance's checks and denials in each recent minute.
+    pub fn minutes(&self) -> &Arc<Minutes> {
+        &self.minutes
     }
 
     /// Puts `policies` in force for every check that starts from now on.

@@ -4,6 +4,7 @@ mod admin;
 mod auth;
 mod body;
 mod check;
+mod console;
 mod envoy;
 mod explain;
 mod forward_auth;
@@ -15,6 +16,7 @@ mod layers;
 mod leases;
 mod metrics;
 mod overrides;
+mod overview;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -79,6 +81,8 @@ pub struct Services {
     pub loopback_bind: bool,
     /// The slowest checks since the last reset (`/admin/slow-checks`).
     pub slow_checks: SlowChecks,
+    /// `PGLIMIT_CONSOLE=on`: `/console` is served; else it is a 404.
+    pub console: bool,
 }
 
 impl AppState {
@@ -107,6 +111,9 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/explain", post(explain::explain))
         .route("/admin/overrides", get(overrides::list).post(overrides::add))
         .route("/admin/overrides/{id}", delete(overrides::remove))
+        .route("/admin/overview", get(overview::overview))
+        .route("/console", get(console::page))
+        .route("/console/{file}", get(console::asset))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -14,6 +14,7 @@ mod batch_functions;
 mod calendar;
 mod cleanup;
 mod concurrency;
+mod console;
 mod errors;
 mod explain;
 mod forward_auth;

@@ -171,3 +171,12 @@ pub static WORKER_THREADS: Setting<Range<usize>> = Setting {
            machine.",
     secret: false,
 };
+
+pub static CONSOLE: Setting<OneOf<bool>> = Setting {
+    var: "PGLIMIT_CONSOLE",
+    flag: "console",
+    values: OneOf(&[("on", true), ("off", false)]),
+    unset: Is("off"),
+    help: "Serve the support console at /console; needs PGLIMIT_ADMIN_TOKENS, which its calls send.",
+    secret: false,
+};

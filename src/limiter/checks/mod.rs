@@ -47,6 +47,12 @@ impl<S: Store> Checks<S> {
         self.shared.policies()
     }
 
+    /// The state every service shares: which policies shadow, and this
+    /// instance's recent minutes.
+    pub fn shared(&self) -> &Shared<S> {
+        &self.shared
+    }
+
     /// The buckets `request` must check, with their keys, and what to do
     /// if Postgres cannot answer.
     pub fn plan(&self, request: &CheckRequest) -> Result<Plan, Invalid> {
@@ -71,6 +77,7 @@ impl<S: Store> Checks<S> {
         let granted = lease.and_then(|(id, _)| granted(&plan.check, &answer, id));
         let decision = decision(&plan, answer, granted, refused);
         count(&plan, &decision, took);
+        self.shared.minutes.check(decision.outcome() == "denied");
         Ok(decision)
     }
 
