@@ -34,7 +34,7 @@ pub async fn check(
 }
 
 /// A `max_wait` as written, within this service's bound.
-fn wait_of(state: &AppState, text: &str) -> Result<Duration, Error> {
+pub(super) fn wait_of(state: &AppState, text: &str) -> Result<Duration, Error> {
     let bound = state.waiting.queues().limits().max_wait;
     parse_max_wait(text, bound).map_err(|reason| Error::field("max_wait", format!("max_wait: {reason}")))
 }

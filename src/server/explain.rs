@@ -23,7 +23,11 @@ pub async fn explain(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Explanation>, Error> {
     verify(&state, &headers)?;
-    // The body of a check; a `max_wait` is accepted and plays no part.
-    let (request, _max_wait) = parse_check(&body_bytes(body)?)?;
+    // The body of a check, refused as /check refuses it; a valid
+    // `max_wait` plays no part.
+    let (request, max_wait) = parse_check(&body_bytes(body)?)?;
+    if let Some(text) = &max_wait {
+        super::check::wait_of(&state, text)?;
+    }
     Ok(Json(state.explain.explain(&request).await?))
 }

@@ -287,6 +287,7 @@ async fn explain_refuses_a_wrong_token_an_unknown_policy_and_a_malformed_identit
             json!({ "policy": "login", "identifiers": { "email": "a@example.com", "ip": "300.1.1.1" } }),
             "identifiers.ip",
         ),
+        (json!({ "key": "k", "limit": 1, "window": "1m", "max_wait": "999d" }), "max_wait"),
     ] {
         let refused = explain(&open, &body).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);

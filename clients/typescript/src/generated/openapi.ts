@@ -262,7 +262,7 @@ export interface paths {
         put?: never;
         /**
          * What /check would answer now for a check, and why, counting nothing
-         * @description Takes the body of POST /check (max_wait is accepted and plays no part) and answers 200 whether the check would be allowed or not: which rule decides (a bucket without room, an operator's block or a lockout, an allow or deny list entry, Postgres being away under on_store_error), the override that applies, and each bucket's stored state in its algorithm's terms with this instance's waiters on its key. Nothing is counted, created or remembered. Keys are shown by their first 16 hex digits, never the identifiers. An admin route: it names blocks, overrides and waiters.
+         * @description Takes the body of POST /check (max_wait is checked as /check checks it, and plays no part) and answers 200 whether the check would be allowed or not: which rule decides (a bucket without room, an operator's block or a lockout, an allow or deny list entry, Postgres being away under on_store_error), the override that applies, and each bucket's stored state in its algorithm's terms with this instance's waiters on its key. Nothing is counted, created or remembered. Keys are shown by their first 16 hex digits, never the identifiers. An admin route: it names blocks, overrides and waiters.
          */
         post: operations["explain"];
         delete?: never;
