@@ -47,6 +47,7 @@ pub static ALL: &[&dyn Variable] = &[
     &SLOW_CHECKS,
     &MAX_WAITING,
     &WORKER_THREADS,
+    &AUDIT_RETENTION,
 ];
 
 /// The variables `migrate` reads, its flags: the database, how to reach
