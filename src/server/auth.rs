@@ -78,7 +78,7 @@ impl Auth {
 
     /// The index of the token presented, found by comparing every digest
     /// and selecting the match's index without a branch on it, so that
-    /// timing reveals neither whether nor which token matched.
+    /// timing does not reveal which token matched.
     fn matched(&self, authorization: Option<&HeaderValue>) -> Result<usize, Error> {
         let presented = authorization
             .ok_or(Error::Unauthorized("missing Authorization: Bearer <token> header"))?
