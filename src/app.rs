@@ -85,6 +85,7 @@ impl Service {
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
         let shared = Arc::new(Shared::new(store, policies, secret, config.shadow));
+        crate::reload::audit::started(shared.store(), config, shared.policies().hash()).await;
         let services = services(Arc::clone(&shared), config, metrics).await;
         let mut background = Background::default();
         background.0.push(telemetry::sample_every_minute(Arc::clone(shared.minutes())));
@@ -137,7 +138,7 @@ fn admin_access(config: &Config) -> Option<Auth> {
     match config.admin_tokens.as_slice() {
         [] if config.bind.ip().is_loopback() && config.api_tokens.is_empty() => Some(Auth::default()),
         [] => None,
-        tokens => Some(Auth::new(tokens.iter().map(String::as_str))),
+        tokens => Some(Auth::admin(tokens)),
     }
 }
 
@@ -171,6 +172,7 @@ fn pg_options(config: &Config) -> PgStoreOptions {
         patience: config.db_timeout,
         cleanup_rate: config.cleanup_rate,
         cleanup_batch: 1000,
+        audit_retention: config.audit_retention,
         unlogged: config.unlogged,
         citus: config.citus,
         citus_checks: config.citus_checks,

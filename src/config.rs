@@ -12,9 +12,11 @@ mod documented;
 mod postgres;
 mod secret;
 pub mod setting;
+mod tokens;
 pub mod variables;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use crate::storage::{Citus, CitusChecks, Reach};
 use database::database;
 pub use database::Database;
 pub use secret::secret;
+pub use tokens::{fingerprint, is_token_name, AdminToken, MAX_TOKEN_NAME};
 use variables as v;
 
 #[derive(Clone)]
@@ -33,8 +36,8 @@ pub struct Config {
     pub database: Database,
     pub policies: Option<PathBuf>,
     pub api_tokens: Vec<String>,
-    /// Bearer tokens of the admin routes (blocks).
-    pub admin_tokens: Vec<String>,
+    /// Bearer tokens of the admin routes (blocks), each with who it stands for.
+    pub admin_tokens: Vec<AdminToken>,
     pub cleanup_rate: f64,
     pub db_timeout: Duration,
     /// Connections for checks per instance.
@@ -69,6 +72,12 @@ pub struct Config {
     pub worker_threads: Option<usize>,
     /// Serve the support console at `/console` (`PGLIMIT_CONSOLE=on`).
     pub console: bool,
+    /// How long the audit log keeps a row.
+    pub audit_retention: Duration,
+    /// Every variable set, secrets by their fingerprints, and a digest of
+    /// them: what the audit log's start-up row records.
+    pub shown: BTreeMap<String, String>,
+    pub digest: String,
 }
 
 /// Redacts the database URL (it may hold a password) and the API tokens.
@@ -112,13 +121,14 @@ impl Config {
     /// Reads the configuration through `get` (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let (db_reach, db_pool_size) = postgres::reach(&get)?;
+        let shown = tokens::shown_settings(&get);
         let config = Self {
             bind: v::BIND.read(&get)?,
             grpc_bind: v::GRPC_BIND.given(&get)?,
             database: database(&get)?,
             policies: v::POLICIES.given(&get)?.map(PathBuf::from),
             api_tokens: tokens(v::API_TOKENS.secret(&get)?),
-            admin_tokens: tokens(v::ADMIN_TOKENS.secret(&get)?),
+            admin_tokens: admin_tokens(&get)?,
             cleanup_rate: v::CLEANUP_RATE.read(&get)?,
             db_timeout: Duration::from_millis(v::DB_TIMEOUT_MS.read(&get)?),
             db_pool_size,
@@ -140,7 +150,10 @@ impl Config {
             max_waiting: v::MAX_WAITING.read(&get)?,
             worker_threads: v::WORKER_THREADS.given(&get)?,
             console: v::CONSOLE.read(&get)?,
+            audit_retention: v::AUDIT_RETENTION.read(&get)?,
             request_timeout: Duration::ZERO,
+            digest: tokens::settings_digest(&shown),
+            shown,
         };
         console_needs_admin_tokens(&config)?;
         Ok(Self { request_timeout: request_timeout(&get, config.db_timeout)?, ..config })
@@ -180,6 +193,15 @@ fn console_needs_admin_tokens(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The admin tokens, each `name:secret` or a bare secret; an error names
+/// the variable they were read from.
+fn admin_tokens(get: &impl Fn(&str) -> Option<String>) -> Result<Vec<AdminToken>, ConfigError> {
+    let entries = tokens(v::ADMIN_TOKENS.secret(get)?);
+    let var =
+        if get(v::ADMIN_TOKENS_FILE.var).is_some() { v::ADMIN_TOKENS_FILE.var } else { v::ADMIN_TOKENS.var };
+    tokens::admin_tokens(var, entries)
+}
+
 /// Comma-separated; a newline separates too, so that a file of tokens may
 /// hold one a line.
 fn tokens(raw: Option<String>) -> Vec<String> {
@@ -208,6 +230,7 @@ mod tests {
         assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
         assert_eq!(c.slow_checks, 128);
         assert_eq!(c.worker_threads, None, "one worker thread per CPU");
+        assert_eq!(c.audit_retention, Duration::from_secs(90 * 86_400));
         assert_eq!(config(&[("PGLIMIT_WORKER_THREADS", "1")]).expect("valid").worker_threads, Some(1));
     }
 
@@ -232,6 +255,9 @@ mod tests {
             ("PGLIMIT_SLOW_CHECKS", "100001"),
             ("PGLIMIT_WORKER_THREADS", "0"),
             ("PGLIMIT_CONSOLE", "true"),
+            ("PGLIMIT_AUDIT_RETENTION", "90"),
+            ("PGLIMIT_AUDIT_RETENTION", "1m"),
+            ("PGLIMIT_ADMIN_TOKENS", "a b:secret"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);
@@ -278,8 +304,13 @@ mod tests {
         .expect("valid");
         assert!(matches!(&c.database, Database::Shared { url, .. } if url == "postgres://u:hunter2@db/app"));
         assert_eq!(c.api_tokens, ["api-1", "api-2"], "a newline separates tokens");
-        assert_eq!(c.admin_tokens, ["admin-1", "admin-2"]);
+        let secrets: Vec<&str> = c.admin_tokens.iter().map(|t| t.secret.as_str()).collect();
+        assert_eq!(secrets, ["admin-1", "admin-2"]);
         assert_eq!(c.metrics_token.as_deref(), Some("metrics-1\nmetrics-2"), "one token, as given");
+        let named = SecretFile::new("named", b"alice:admin-1\nbad name:admin-2\n");
+        let err = config(&[("PGLIMIT_ADMIN_TOKENS_FILE", &named.path())]).unwrap_err();
+        assert_eq!(err.var, "PGLIMIT_ADMIN_TOKENS_FILE", "the variable the tokens came from");
+        assert!(!err.to_string().contains("admin-2"), "{err}");
         let short = SecretFile::new("short-key", b"short");
         let err = config(&[("DATABASE_URL", "postgres://x"), ("PGLIMIT_KEY_SECRET_FILE", &short.path())]);
         assert!(err.unwrap_err().to_string().starts_with("PGLIMIT_KEY_SECRET: is 5 bytes"));

@@ -13,7 +13,11 @@
 //! such a file is read twice, [`SETTLE`] apart, and put in force only if
 //! both reads agree: a second writer still at work makes them differ, and
 //! its own close brings another read. SIGHUP reads the file once, at once.
+//!
+//! A reload that changes the policies is written to the audit log
+//! (`audit.rs`, which writes the start-up's row too).
 
+pub mod audit;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -27,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::limiter::Shared;
 use crate::policy::{Policies, PolicyError};
-use crate::storage::Store;
+use crate::storage::{AuditStore, Store};
 use crate::telemetry;
 
 /// After the file is made whole, it must stay quiet this long before it is
@@ -40,8 +44,8 @@ const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reloaded {
-    /// New policies are in force; their hash.
-    Changed(String),
+    /// New policies are in force: the hashes of the old and the new.
+    Changed { before: String, after: String },
     /// The file holds the policies already in force.
     Unchanged,
 }
@@ -60,10 +64,10 @@ fn apply<S: Store>(
     if policies.hash() == limiter.policies().hash() {
         return Ok(Reloaded::Unchanged);
     }
-    let hash = policies.hash().to_owned();
+    let (before, after) = (limiter.policies().hash().to_owned(), policies.hash().to_owned());
     limiter.replace_policies(policies);
     telemetry::policy_reload(true);
-    Ok(Reloaded::Changed(hash))
+    Ok(Reloaded::Changed { before, after })
 }
 
 /// SIGHUP, caught from the start of the service: its default action would
@@ -76,7 +80,7 @@ pub fn catch_hangup() -> std::io::Result<Signal> {
 /// whole on disk, until the task is aborted. Without a file (built-in
 /// policies) SIGHUP is only logged. If the file cannot be watched (inotify
 /// instances exhausted, say), SIGHUP still reloads it.
-pub fn spawn<S: Store>(
+pub fn spawn<S: Store + AuditStore>(
     path: Option<PathBuf>,
     watch: bool,
     limiter: Arc<Shared<S>>,
@@ -112,7 +116,7 @@ pub fn spawn<S: Store>(
 
 /// Reads `path` as `trigger` asks, puts what it holds in force if it is
 /// new and valid, and logs what happened.
-async fn reload<S: Store>(trigger: Trigger, path: Option<&Path>, limiter: &Shared<S>) {
+async fn reload<S: Store + AuditStore>(trigger: Trigger, path: Option<&Path>, limiter: &Shared<S>) {
     let Some(path) = path else {
         tracing::info!("SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay");
         return;
@@ -122,7 +126,13 @@ async fn reload<S: Store>(trigger: Trigger, path: Option<&Path>, limiter: &Share
         move || trigger.read(&path)
     });
     match read.await {
-        Ok(Some(loaded)) => log_outcome(trigger.name(), path, apply(loaded, limiter)),
+        Ok(Some(loaded)) => {
+            let outcome = apply(loaded, limiter);
+            if let Ok(Reloaded::Changed { before, after }) = &outcome {
+                audit::reloaded(limiter.store(), trigger.name(), path, before, after).await;
+            }
+            log_outcome(trigger.name(), path, outcome);
+        }
         Ok(None) => tracing::info!(
             trigger = trigger.name(),
             "policy file still being written (two reads differed); read again once its writer closes it"
@@ -183,7 +193,9 @@ async fn settle(made_whole: &mut mpsc::Receiver<()>) {
 
 fn log_outcome(trigger: &str, path: &Path, outcome: Result<Reloaded, PolicyError>) {
     match outcome {
-        Ok(Reloaded::Changed(hash)) => tracing::info!(trigger, policies = %hash, "policies reloaded"),
+        Ok(Reloaded::Changed { after, .. }) => {
+            tracing::info!(trigger, policies = %after, "policies reloaded")
+        }
         Ok(Reloaded::Unchanged) => tracing::info!(trigger, "policy file unchanged"),
         Err(error) => tracing::error!(
             trigger,

@@ -182,7 +182,7 @@ async fn every_algorithm_is_enforced_from_memory_during_an_outage() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn actions_are_refused_with_503_while_postgres_is_away() {
+async fn actions_are_refused_with_503_while_postgres_is_away_and_leave_no_audit_row() {
     let _serial = SERIAL.lock().await;
     let url = database().await;
     let app = instance(&url, &[]).await;
@@ -195,6 +195,7 @@ async fn actions_are_refused_with_503_while_postgres_is_away() {
         ("POST", "/admin/blocks", block.clone()),
         ("DELETE", "/admin/blocks", block),
         ("GET", "/admin/blocks", serde_json::Value::Null),
+        ("GET", "/admin/audit", serde_json::Value::Null),
     ] {
         let reply = common::call(&app, method, path, body).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{method} {path}: {}", reply.body);
@@ -203,6 +204,14 @@ async fn actions_are_refused_with_503_while_postgres_is_away() {
     }
     restart().await;
     wait_for_postgres(&app, Duration::from_secs(15)).await;
+    let audited = common::call(&app, "GET", "/admin/audit", serde_json::Value::Null).await;
+    let actions: Vec<&str> = audited.body["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["started"], "the refused acts left no row");
 }
 
 /// Overrides set through the API are held in memory: while Postgres is

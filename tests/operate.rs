@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::process::*;
 use common::prometheus::{scrape, value};
+use pglimit::policy::short_hash;
 use prometheus_parse::{Scrape, Value as Metric};
 use serde_json::{json, Value};
 
@@ -121,7 +122,7 @@ async fn policies_in_force(service: &Running) -> String {
 
 /// Waits until `/readyz` shows the policies of `text` in force.
 async fn wait_for_policies(service: &Running, text: &str) {
-    let wanted = pglimit::policy::short_hash(text);
+    let wanted = short_hash(text);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let in_force = policies_in_force(service).await;
@@ -165,7 +166,29 @@ async fn a_lowered_limit_applies_to_the_count_so_far(watch: &str, reload: impl F
     let scrape = scrape(&service).await;
     assert_eq!(value(&scrape, "pglimit_policy_reloads_total", &[("result", "ok")]), 1.0);
     assert_eq!(messages_containing(&service.log, "policies reloaded"), 1);
+    let row = reload_row(&service).await;
+    let trigger = if watch == "true" { "file change" } else { "SIGHUP" };
+    assert_eq!((row["actor"].as_str(), row["detail"]["trigger"].as_str()), (Some("system"), Some(trigger)));
+    let digests = (row["detail"]["before"].as_str(), row["detail"]["after"].as_str());
+    let (before, after) = (short_hash(&policy("enforce", 5)), short_hash(&policy("enforce", 2)));
+    assert_eq!(digests, (Some(before.as_str()), Some(after.as_str())));
     service.terminate();
+}
+
+/// The audit row of the service's one reload, once it is written (just
+/// after the new policies are in force).
+async fn reload_row(service: &Running) -> Value {
+    let url = format!("http://{}/admin/audit?action=policies_reloaded", service.addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: Value = http_client().get(&url).send().await.expect("audit").json().await.expect("JSON");
+        if let Some(row) = page["entries"].get(0) {
+            assert_eq!(page["entries"].as_array().map(Vec::len), Some(1), "{page}");
+            return row.clone();
+        }
+        assert!(Instant::now() < deadline, "no reload row: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,14 @@ async fn a_reset_on_one_instance_reaches_the_other(mode: Mode) {
         assert!(Instant::now() < deadline, "{mode:?}: B never heard of the reset: {}", next.body);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let block = json!({ "policy": "login", "identifiers": { "ip": "203.0.113.8" }, "for": "1m" });
+    assert_eq!(call(&a, "POST", "/admin/blocks", block).await.status, StatusCode::OK);
+    let audit = call(&b, "GET", "/admin/audit?action=block", Value::Null).await;
+    assert_eq!(
+        audit.body["entries"][0]["target"], "login/ip",
+        "{mode:?}: the block's audit row: {}",
+        audit.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -159,6 +159,26 @@ impl<T: FromStr + PartialOrd + Display + Sync> Values for Range<T> {
     }
 }
 
+/// A duration written as a window is (`90d`, `12h`), from `min` to `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub min: std::time::Duration,
+    pub max: std::time::Duration,
+}
+
+impl Values for Span {
+    type Value = std::time::Duration;
+
+    fn parse(&self, raw: &str) -> Result<std::time::Duration, String> {
+        crate::policy::parse_span(raw, self.min, self.max)
+    }
+
+    fn accepted(&self) -> Option<String> {
+        let (min, max) = (crate::policy::format_window(self.min), crate::policy::format_window(self.max));
+        Some(format!("a whole number and a unit (s, m, h, d), from {min} to {max}"))
+    }
+}
+
 /// One of a few words, each standing for a `T`; matched exactly.
 #[derive(Debug, Clone, Copy)]
 pub struct OneOf<T: 'static>(pub &'static [(&'static str, T)]);

@@ -48,6 +48,7 @@ pub static ALL: &[&dyn Variable] = &[
     &MAX_WAITING,
     &WORKER_THREADS,
     &CONSOLE,
+    &AUDIT_RETENTION,
 ];
 
 /// The variables `migrate` reads, its flags: the database, how to reach

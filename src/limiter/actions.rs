@@ -1,6 +1,8 @@
 //! Acting on limits: a reset after a success, and an operator's blocks.
 //! Each action is one transaction in Postgres that every instance hears of
 //! (see `storage::ActionStore`); while Postgres is away they are refused.
+//! An operator's act carries its audit row, built here where its buckets
+//! are known ([`audited`]): keys by their prefix, never an identifier.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +12,10 @@ use chrono::{DateTime, Utc};
 use super::checks::{bucket_spec, Checks, Decision};
 use super::request::{self, CheckError, CheckRequest, Invalid, MAX_REASON_LEN};
 use crate::policy::{parse_window, BucketDef, Policy};
-use crate::storage::{self, Block, BlockTarget, Key, Store, StoreError};
+use crate::storage::{
+    self, key_prefix, Acting, AuditAction, AuditEntry, AuditQuery, AuditRow, Block, BlockTarget, Key, Store,
+    StoreError,
+};
 
 /// A block's target and terms, as an operator gives them. Identifiers may
 /// be some of the policy's: every bucket counting over only those is
@@ -38,22 +43,24 @@ impl<S: Store + storage::ActionStore> Actions<S> {
 
     /// Puts the named buckets of `request`'s check (all of them by default)
     /// back to full and lifts their lockouts; answers a peek taken after.
+    /// A reset `by` an operator is audited.
     pub async fn reset(
         &self,
         request: &CheckRequest,
         buckets: Option<&[String]>,
+        by: Option<&Acting>,
     ) -> Result<Decision, CheckError> {
         // Refused as /check would refuse it, cost included; the cost plays no
         // part in the keys, so these are the peek's too.
         let plan = self.checks.plan(request)?;
         let policy = plan.counters.name().to_owned();
-        let keys: Vec<Key> = match buckets {
-            None => plan.check.buckets.iter().map(|b| b.key).collect(),
+        let chosen: Vec<(Arc<str>, Key)> = match buckets {
+            None => plan.check.buckets.iter().map(|b| (Arc::clone(&b.name), b.key)).collect(),
             Some(names) => names
                 .iter()
                 .map(|name| {
-                    let found = plan.check.buckets.iter().find(|b| &*b.name == name.as_str()).map(|b| b.key);
-                    found.ok_or_else(|| Invalid::UnknownBucket {
+                    let found = plan.check.buckets.iter().find(|b| &*b.name == name.as_str());
+                    found.map(|b| (Arc::clone(&b.name), b.key)).ok_or_else(|| Invalid::UnknownBucket {
                         field: "buckets",
                         name: name.clone(),
                         policy: policy.clone(),
@@ -61,7 +68,9 @@ impl<S: Store + storage::ActionStore> Actions<S> {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        self.store().reset(&keys).await.map_err(unavailable)?;
+        let audit = by.map(|by| audited(by, AuditAction::Reset, &policy, &chosen));
+        let keys: Vec<Key> = chosen.iter().map(|(_, key)| *key).collect();
+        self.store().reset(&keys, audit.as_ref()).await.map_err(unavailable)?;
         self.checks.check(&request.peek()).await
     }
 
@@ -69,6 +78,7 @@ impl<S: Store + storage::ActionStore> Actions<S> {
     pub async fn block(
         &self,
         request: &BlockRequest,
+        by: &Acting,
     ) -> Result<(Vec<BlockTarget>, DateTime<Utc>), CheckError> {
         let duration =
             parse_window(request.duration.as_deref().ok_or(Invalid::BlockFor("is required".into()))?)
@@ -77,17 +87,25 @@ impl<S: Store + storage::ActionStore> Actions<S> {
             return Err(Invalid::ReasonLength.into());
         }
         let targets = self.targets(request)?;
-        let until =
-            self.store().block(&targets, duration, request.reason.as_deref()).await.map_err(unavailable)?;
+        let audit = audited_targets(by, AuditAction::Block, &targets)
+            .with("for", crate::policy::format_window(duration))
+            .with("reason", request.reason.clone());
+        let reason = request.reason.as_deref();
+        let until = self.store().block(&targets, duration, reason, &audit).await.map_err(unavailable)?;
         Ok((targets, until))
     }
 
     /// Lifts every block on the target's bucket keys; returns them and how
     /// many blocks there were.
-    pub async fn unblock(&self, request: &BlockRequest) -> Result<(Vec<BlockTarget>, u64), CheckError> {
+    pub async fn unblock(
+        &self,
+        request: &BlockRequest,
+        by: &Acting,
+    ) -> Result<(Vec<BlockTarget>, u64), CheckError> {
         let targets = self.targets(request)?;
         let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
-        let lifted = self.store().unblock(&keys).await.map_err(unavailable)?;
+        let audit = audited_targets(by, AuditAction::Unblock, &targets);
+        let lifted = self.store().unblock(&keys, &audit).await.map_err(unavailable)?;
         Ok((targets, lifted))
     }
 
@@ -118,6 +136,31 @@ impl<S: Store + storage::ActionStore> Actions<S> {
         }
         Ok(targets)
     }
+}
+
+impl<S: Store + storage::AuditStore> Actions<S> {
+    /// A page of the audit log, the newest first.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, CheckError> {
+        self.checks.store().audit(query).await.map_err(unavailable)
+    }
+}
+
+/// The audit row of an act on `buckets` of `policy`: its target is
+/// `policy/bucket`, or `policy/b1,b2` for several (in the policy's order),
+/// and its detail the keys by their prefixes, bucket by bucket.
+fn audited(by: &Acting, action: AuditAction, policy: &str, buckets: &[(Arc<str>, Key)]) -> AuditEntry {
+    let names: Vec<&str> = buckets.iter().map(|(name, _)| &**name).collect();
+    let keys: Vec<serde_json::Value> = buckets
+        .iter()
+        .map(|(name, key)| serde_json::json!({ "bucket": &**name, "key": key_prefix(key) }))
+        .collect();
+    AuditEntry::new(by, action, format!("{policy}/{}", names.join(","))).with("keys", keys)
+}
+
+fn audited_targets(by: &Acting, action: AuditAction, targets: &[BlockTarget]) -> AuditEntry {
+    let policy = targets.first().map(|t| &*t.policy).unwrap_or_default();
+    let buckets: Vec<(Arc<str>, Key)> = targets.iter().map(|t| (Arc::clone(&t.bucket), t.key)).collect();
+    audited(by, action, policy, &buckets)
 }
 
 fn named_bucket<'p>(policy: &'p Policy, name: &str) -> Result<&'p BucketDef, Invalid> {

@@ -32,6 +32,17 @@ pub fn parse_max_wait(text: &str, most: Duration) -> Result<Duration, String> {
     Ok(wait)
 }
 
+/// A span in the same syntax, from `least` to `most`, both written as a
+/// duration in the error (a setting's, as `PGLIMIT_AUDIT_RETENTION`).
+pub fn parse_span(text: &str, least: Duration, most: Duration) -> Result<Duration, String> {
+    let span = parse_amount(text.trim())?;
+    if !(least..=most).contains(&span) {
+        let (least, most) = (format_window(least), format_window(most));
+        return Err(format!("{text:?} is out of range: expected from {least} to {most}"));
+    }
+    Ok(span)
+}
+
 fn parse_duration(text: &str, what: &str) -> Result<Duration, String> {
     let window = parse_amount(text)?;
     if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {

@@ -30,7 +30,8 @@ use std::time::Duration;
 pub use calendar::{parse_window_in, WindowMistake};
 pub use cidr::{Cidr, MAX_V6_PREFIX};
 pub use duration::{
-    format_window, parse_block_for, parse_max_wait, parse_window, MAX_WAIT_CEILING, MAX_WINDOW, MIN_WINDOW,
+    format_window, parse_block_for, parse_max_wait, parse_span, parse_window, MAX_WAIT_CEILING, MAX_WINDOW,
+    MIN_WINDOW,
 };
 pub use forward_auth::{ForwardAuth, HeaderSource, MAX_TRUSTED_HOPS};
 pub use identifier::{IdentifierKind, MAX_VALUE_LEN};

@@ -1,5 +1,5 @@
 //! The admin routes: `POST`, `DELETE` and `GET /admin/blocks`; `GET` and
-//! `DELETE /admin/slow-checks`.
+//! `DELETE /admin/slow-checks`; and who acts on them ([`acting`]).
 //!
 //! They take an admin token (`PGLIMIT_ADMIN_TOKENS`), never an API token:
 //! an application may reset its own users' counters, but only an operator
@@ -16,12 +16,13 @@ use chrono::SecondsFormat;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::auth::Actor;
 use super::body::{body_bytes, deserialize, unique_keys};
 use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;
 use crate::limiter::BlockRequest;
-use crate::storage::{Block, BlockTarget};
+use crate::storage::{Acting, Block, BlockTarget};
 use crate::telemetry::{SlowCheck, SlowListing};
 
 /// Most blocks one listing returns, and the default.
@@ -49,8 +50,21 @@ impl BlockBody {
     }
 }
 
-pub(super) fn verify(state: &AppState, headers: &HeaderMap) -> Result<(), Error> {
-    state.admin.as_ref().ok_or(Error::AdminDisabled)?.verify(headers)
+/// Who the request's admin token stands for; an error if it is not one.
+pub(super) fn verify(state: &AppState, headers: &HeaderMap) -> Result<Actor, Error> {
+    state.admin.as_ref().ok_or(Error::AdminDisabled)?.identify(headers)
+}
+
+/// [`verify`], and the request's id as the layers set it: who acts, for
+/// the audit log.
+pub(super) fn acting(state: &AppState, headers: &HeaderMap) -> Result<Acting, Error> {
+    let Actor(actor) = verify(state, headers)?;
+    Ok(Acting { actor: actor.to_string(), request_id: request_id(headers) })
+}
+
+/// The `x-request-id` the layers set (the caller's, if plain, else a new one).
+pub(super) fn request_id(headers: &HeaderMap) -> Option<String> {
+    headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
 pub async fn block(
@@ -59,9 +73,9 @@ pub async fn block(
     _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, Error> {
-    verify(&state, &headers)?;
+    let by = acting(&state, &headers)?;
     let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
-    let (targets, until) = state.actions.block(&request).await?;
+    let (targets, until) = state.actions.block(&request, &by).await?;
     Ok(Json(json!({ "blocked": targets.iter().map(target).collect::<Vec<_>>(), "until": at(&until) })))
 }
 
@@ -71,9 +85,9 @@ pub async fn unblock(
     _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, Error> {
-    verify(&state, &headers)?;
+    let by = acting(&state, &headers)?;
     let request = deserialize::<BlockBody>(&body_bytes(body)?)?.into_request()?;
-    let (targets, lifted) = state.actions.unblock(&request).await?;
+    let (targets, lifted) = state.actions.unblock(&request, &by).await?;
     Ok(Json(json!({ "unblocked": targets.iter().map(target).collect::<Vec<_>>(), "lifted": lifted })))
 }
 
@@ -147,7 +161,7 @@ fn target(t: &BlockTarget) -> Value {
 }
 
 /// Times as in every answer: RFC 3339, milliseconds, UTC.
-fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn at(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 

@@ -6,10 +6,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::auth::Authorization;
+use super::admin;
+use super::auth::{Actor, Authorization};
 use super::body::{body_bytes, parse_check, parse_reset};
 use super::guard::JsonContent;
 use super::headers::insert_rate_limit_headers;
@@ -18,7 +19,7 @@ use super::AppState;
 use crate::error::Error;
 use crate::limiter::{CheckError, CheckRequest, Decision};
 use crate::policy::parse_max_wait;
-use crate::storage::CallTiming;
+use crate::storage::{Acting, CallTiming};
 use crate::telemetry::SlowCheck;
 
 pub async fn check(
@@ -99,17 +100,29 @@ fn offer_slow(state: &AppState, policy: &str, total: Duration, outcome: Outcome)
 }
 
 /// `POST /reset`: the check's buckets (or those named) back to full, then
-/// a peek at them.
+/// a peek at them. It takes an API token, or an admin token (an operator's
+/// reset, from the console), and then the reset is audited.
 pub async fn reset(
     State(state): State<AppState>,
-    authorization: Authorization,
+    headers: HeaderMap,
     _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Error> {
-    state.auth.verify_header(authorization.value())?;
+    let by = operator(&state, &headers);
+    if by.is_none() {
+        state.auth.verify(&headers)?;
+    }
     let (request, buckets) = parse_reset(&body_bytes(body)?)?;
-    let decision = state.actions.reset(&request, buckets.as_deref()).await?;
+    let decision = state.actions.reset(&request, buckets.as_deref(), by.as_ref()).await?;
     Ok(respond(decision))
+}
+
+/// Who acts, when the request holds an admin token (not when the admin
+/// routes are open without one: such a reset is an application's).
+fn operator(state: &AppState, headers: &HeaderMap) -> Option<Acting> {
+    let admin = state.admin.as_ref().filter(|admin| !admin.is_open())?;
+    let Actor(actor) = admin.identify(headers).ok()?;
+    Some(Acting { actor: actor.to_string(), request_id: admin::request_id(headers) })
 }
 
 pub fn respond(decision: Decision) -> Response {

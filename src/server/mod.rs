@@ -1,6 +1,7 @@
 //! The HTTP surface: the router, its shared state, and `serve`.
 
 mod admin;
+mod audit;
 mod auth;
 mod body;
 mod check;
@@ -28,7 +29,7 @@ use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 
-pub use auth::Auth;
+pub use auth::{Actor, Auth};
 pub use body::parse as parse_check_body;
 pub use grpc::serve_grpc;
 pub use headers::rate_limit_headers;
@@ -115,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         .route("/console", get(console::page))
         .route("/console/{file}", get(console::asset))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
+        .route("/admin/audit", get(audit::list))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))

@@ -14,7 +14,7 @@ use chrono::SecondsFormat;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::verify;
+use super::admin::{acting, verify};
 use super::body::{body_bytes, deserialize};
 use super::guard::JsonContent;
 use super::AppState;
@@ -54,11 +54,11 @@ pub async fn add(
     _: JsonContent,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), Error> {
-    verify(&state, &headers)?;
+    let by = acting(&state, &headers)?;
     let OverrideBody { policy, when, limits, unlimited, deny, until, note } =
         deserialize(&body_bytes(body)?)?;
     let request = OverrideRequest { policy, when, limits, unlimited, deny, until, note };
-    let added = state.overrides.add(&request).await?;
+    let added = state.overrides.add(&request, &by).await?;
     let mut body = listed(&added.stored);
     body["replaced"] = json!(added.replaced);
     Ok((StatusCode::CREATED, Json(body)))
@@ -94,8 +94,8 @@ pub async fn remove(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Error> {
-    verify(&state, &headers)?;
-    if !state.overrides.remove(&id).await? {
+    let by = acting(&state, &headers)?;
+    if !state.overrides.remove(&id, &by).await? {
         return Err(Error::UnknownOverride(id));
     }
     Ok(Json(json!({ "removed": id })))

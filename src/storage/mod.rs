@@ -10,6 +10,7 @@
 //! the first and falls back to the second while PostgreSQL is unreachable;
 //! [`DenyCache`] answers repeated denials without asking either.
 
+mod audit;
 mod deny_cache;
 mod fallback;
 mod inspect;
@@ -26,6 +27,7 @@ use chrono::{DateTime, Utc};
 
 use crate::algorithm::{Algorithm, Calendar};
 
+pub use audit::{audit_time, key_prefix, Acting, AuditAction, AuditEntry, AuditQuery, AuditRow, AuditStore};
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use inspect::{InspectStore, Inspection, Stored};

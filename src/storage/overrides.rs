@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::StoreError;
+use super::{AuditEntry, StoreError};
 
 /// How often an instance that cannot LISTEN (behind a transaction pooler)
 /// asks whether the overrides changed. With LISTEN a change is heard at
@@ -50,17 +50,25 @@ pub struct LoadedOverrides {
 }
 
 /// Changes to API overrides, made in Postgres in one transaction each and
-/// announced to every instance; refused while Postgres is away.
+/// announced to every instance, with its audit row; refused while
+/// Postgres is away.
 pub trait OverrideStore: Send + Sync {
     /// Stores `new` (its `created_at` is set by the database) in place of
-    /// the policy's overrides with the same `when`.
+    /// the policy's overrides with the same `when`; the audit row's detail
+    /// gets the ids replaced as `replaced`.
     fn add_override(
         &self,
         new: &StoredOverride,
+        audit: &AuditEntry,
     ) -> impl Future<Output = Result<AddedOverride, StoreError>> + Send;
 
-    /// Deletes one; `false` if there was none with that id.
-    fn remove_override(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes one; `false` if there was none with that id, and then no
+    /// audit row is written. The row's detail gets the override's `policy`.
+    fn remove_override(
+        &self,
+        id: &str,
+        audit: &AuditEntry,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Those not expired, of `policy` (or all), the newest first, at most `limit`.
     fn list_overrides(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Answer, Check, Key, Stale, StoreError};
+use super::{Answer, AuditEntry, Check, Key, Stale, StoreError};
 
 /// A place that keeps counters and decides checks against them.
 pub trait Store: Send + Sync + 'static {
@@ -56,20 +56,32 @@ pub trait Store: Send + Sync + 'static {
 /// Changes made to limits by a caller or an operator. They are made in
 /// Postgres, in one transaction each, and every instance hears of them (see
 /// [`Store::take_stale`]); so they are refused while Postgres is away.
+/// Each writes its audit row, if it has one, in the same transaction.
 pub trait ActionStore: Send + Sync {
     /// Puts these buckets back to full (their rows deleted) and lifts their lockouts.
-    fn reset(&self, keys: &[Key]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn reset(
+        &self,
+        keys: &[Key],
+        audit: Option<&AuditEntry>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Blocks these keys for `duration` from now; returns when the block ends.
+    /// Blocks these keys for `duration` from now; returns when the block
+    /// ends, which the audit row's detail gets as `until`.
     fn block(
         &self,
         targets: &[BlockTarget],
         duration: Duration,
         reason: Option<&str>,
+        audit: &AuditEntry,
     ) -> impl Future<Output = Result<DateTime<Utc>, StoreError>> + Send;
 
-    /// Lifts every block (an operator's or a lockout) on these keys; returns how many there were.
-    fn unblock(&self, keys: &[Key]) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Lifts every block (an operator's or a lockout) on these keys; returns
+    /// how many there were, which the audit row's detail gets as `lifted`.
+    fn unblock(
+        &self,
+        keys: &[Key],
+        audit: &AuditEntry,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Active blocks, the latest-ending first, at most `limit`.
     fn blocks(&self, limit: u32) -> impl Future<Output = Result<Vec<Block>, StoreError>> + Send;

@@ -10,6 +10,8 @@ mod adhoc;
 mod algorithms;
 mod api_overrides;
 mod api_overrides_errors;
+mod audit;
+mod audit_pages;
 mod batch_functions;
 mod calendar;
 mod cleanup;

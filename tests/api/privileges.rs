@@ -72,6 +72,17 @@ async fn a_role_that_creates_nothing_serves_once_the_schema_is_migrated() {
     reset["buckets"] = json!(["email_ip"]);
     let reply = call(&app, "POST", "/reset", reset).await;
     assert_eq!((reply.status, remaining(&reply.body, "email_ip")), (StatusCode::OK, 5), "{}", reply.body);
+    let block = json!({ "policy": "login", "identifiers": { "ip": "192.0.2.60" }, "for": "1m" });
+    let blocked = call(&app, "POST", "/admin/blocks", block).await;
+    assert_eq!(blocked.status, StatusCode::OK, "the block writes its audit row: {}", blocked.body);
+    let audit = call(&app, "GET", "/admin/audit", serde_json::Value::Null).await;
+    let actions: Vec<&str> = audit.body["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["block", "started"], "{}", audit.body);
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod audit;
 mod decisions;
 mod exact;
 mod explain;

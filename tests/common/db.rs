@@ -68,6 +68,7 @@ pub fn store_options(reach: pglimit::storage::Reach) -> pglimit::storage::PgStor
         patience: std::time::Duration::from_secs(5),
         cleanup_rate: 0.0,
         cleanup_batch: 1000,
+        audit_retention: std::time::Duration::from_secs(90 * 86_400),
         unlogged: false,
         citus: pglimit::storage::Citus::Auto,
         citus_checks: pglimit::storage::CitusChecks::Workers,

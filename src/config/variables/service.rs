@@ -1,7 +1,9 @@
 //! The variables of the service: where it listens, who may call it, and
 //! how it behaves.
 
-use crate::config::setting::{Address, OneOf, Range, Setting, Text, Unset::*, BOOLEAN};
+use std::time::Duration;
+
+use crate::config::setting::{Address, OneOf, Range, Setting, Span, Text, Unset::*, BOOLEAN};
 use crate::config::LogFormat;
 
 pub static BIND: Setting<Address> = Setting {
@@ -55,7 +57,8 @@ pub static ADMIN_TOKENS: Setting<Text> = Setting {
     flag: "admin-tokens",
     values: Text,
     unset: Means("none: admin routes on a loopback bind only, open"),
-    help: "Comma-separated bearer tokens of the admin routes (/admin/blocks, /admin/slow-checks).",
+    help: "Comma-separated bearer tokens of the admin routes (/admin/...), each a secret or \
+           name:secret; the audit log names who acted by the name, else by a fingerprint.",
     secret: true,
 };
 
@@ -178,5 +181,15 @@ pub static CONSOLE: Setting<OneOf<bool>> = Setting {
     values: OneOf(&[("on", true), ("off", false)]),
     unset: Is("off"),
     help: "Serve the support console at /console; needs PGLIMIT_ADMIN_TOKENS, which its calls send.",
+    secret: false,
+};
+
+pub static AUDIT_RETENTION: Setting<Span> = Setting {
+    var: "PGLIMIT_AUDIT_RETENTION",
+    flag: "audit-retention",
+    values: Span { min: Duration::from_secs(3600), max: Duration::from_secs(3660 * 86_400) },
+    unset: Is("90d"),
+    help: "How long the audit log (GET /admin/audit) keeps a row; older ones are deleted by the \
+           background cleanup.",
     secret: false,
 };

@@ -19,7 +19,9 @@ pub use requests::{OverrideError, OverrideRequest};
 
 use super::shared::Shared;
 use crate::policy::Policies;
-use crate::storage::{self, AddedOverride, Store, StoreError, StoredOverride};
+use crate::storage::{
+    self, audit_time, Acting, AddedOverride, AuditAction, AuditEntry, Store, StoreError, StoredOverride,
+};
 
 /// After the store fails to load overrides, how long before it is asked again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -43,17 +45,18 @@ impl<S: Store + storage::OverrideStore> Overrides<S> {
 
     /// Validates and stores `request`, in place of the policy's overrides
     /// with the same `when`; this instance applies it before answering, the
-    /// others when they hear of it.
-    pub async fn add(&self, request: &OverrideRequest) -> Result<AddedOverride, OverrideError> {
+    /// others when they hear of it. The act is audited as `by`'s.
+    pub async fn add(&self, request: &OverrideRequest, by: &Acting) -> Result<AddedOverride, OverrideError> {
         let new = requests::validate(request, &self.shared.policies(), &self.shared.secret)?;
-        let added = self.shared.store.add_override(&new).await.map_err(unavailable)?;
+        let added = self.shared.store.add_override(&new, &audited(by, &new)).await.map_err(unavailable)?;
         self.refresh_logged().await;
         Ok(added)
     }
 
-    /// Removes one; `false` if there is none with that id.
-    pub async fn remove(&self, id: &str) -> Result<bool, OverrideError> {
-        let removed = self.shared.store.remove_override(id).await.map_err(unavailable)?;
+    /// Removes one; `false` if there is none with that id (and nothing is audited).
+    pub async fn remove(&self, id: &str, by: &Acting) -> Result<bool, OverrideError> {
+        let audit = AuditEntry::new(by, AuditAction::OverrideRemoved, id);
+        let removed = self.shared.store.remove_override(id, &audit).await.map_err(unavailable)?;
         self.refresh_logged().await;
         Ok(removed)
     }
@@ -115,6 +118,19 @@ impl<S: Store + storage::OverrideStore> Overrides<S> {
             }
         });
     }
+}
+
+/// The audit row of setting `new`: what it matches (exact values only by
+/// their keyed hash, as stored) and what it does.
+fn audited(by: &Acting, new: &StoredOverride) -> AuditEntry {
+    let limits = (new.action == "limits").then(|| serde_json::json!(new.limits));
+    AuditEntry::new(by, AuditAction::OverrideSet, new.id.clone())
+        .with("policy", new.policy.clone())
+        .with("when", serde_json::json!(new.when))
+        .with("action", new.action.clone())
+        .with("limits", limits)
+        .with("until", new.until.as_ref().map(audit_time))
+        .with("note", new.note.clone())
 }
 
 fn unavailable(e: StoreError) -> OverrideError {

@@ -36,6 +36,7 @@ use super::{
     StoreKind,
 };
 use super::{AddedOverride, LoadedOverrides, OverrideStore, Renewal, StoredOverride};
+use super::{AuditEntry, AuditQuery, AuditRow, AuditStore};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -157,8 +158,8 @@ impl<S: Store> Store for DenyCache<S> {
 /// Actions go through, and what they change is forgotten here at once (the
 /// other instances forget it when they hear of it).
 impl<S: Store + ActionStore> ActionStore for DenyCache<S> {
-    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
-        self.inner.reset(keys).await?;
+    async fn reset(&self, keys: &[Key], audit: Option<&AuditEntry>) -> Result<(), StoreError> {
+        self.inner.reset(keys, audit).await?;
         self.forget(&Stale::of(keys.iter().copied()));
         Ok(())
     }
@@ -168,12 +169,13 @@ impl<S: Store + ActionStore> ActionStore for DenyCache<S> {
         targets: &[BlockTarget],
         duration: Duration,
         reason: Option<&str>,
+        audit: &AuditEntry,
     ) -> Result<DateTime<Utc>, StoreError> {
-        self.inner.block(targets, duration, reason).await
+        self.inner.block(targets, duration, reason, audit).await
     }
 
-    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
-        let lifted = self.inner.unblock(keys).await?;
+    async fn unblock(&self, keys: &[Key], audit: &AuditEntry) -> Result<u64, StoreError> {
+        let lifted = self.inner.unblock(keys, audit).await?;
         self.forget(&Stale::of(keys.iter().copied()));
         Ok(lifted)
     }
@@ -183,15 +185,30 @@ impl<S: Store + ActionStore> ActionStore for DenyCache<S> {
     }
 }
 
+/// The audit log changes no limit: nothing to forget.
+impl<S: AuditStore> AuditStore for DenyCache<S> {
+    async fn record(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.inner.record(entry).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.inner.audit(query).await
+    }
+}
+
 /// Overrides change limits, which are part of a check's fingerprint: no
 /// remembered denial needs forgetting.
 impl<S: OverrideStore> OverrideStore for DenyCache<S> {
-    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
-        self.inner.add_override(new).await
+    async fn add_override(
+        &self,
+        new: &StoredOverride,
+        audit: &AuditEntry,
+    ) -> Result<AddedOverride, StoreError> {
+        self.inner.add_override(new, audit).await
     }
 
-    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
-        self.inner.remove_override(id).await
+    async fn remove_override(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        self.inner.remove_override(id, audit).await
     }
 
     async fn list_overrides(

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::FallbackStore;
 use crate::storage::{
-    ActionStore, AddedOverride, Block, BlockTarget, Freed, Key, LeaseStore, LoadedOverrides, OverrideStore,
-    Primary, Renewal, Store, StoreError, StoredOverride,
+    ActionStore, AddedOverride, AuditEntry, AuditQuery, AuditRow, AuditStore, Block, BlockTarget, Freed, Key,
+    LeaseStore, LoadedOverrides, OverrideStore, Primary, Renewal, Store, StoreError, StoredOverride,
 };
 
 /// Leases are in Postgres: while this instance is degraded, a release is
@@ -53,9 +53,9 @@ impl<P: Primary> LeaseStore for FallbackStore<P> {
 /// Actions must reach every instance, which only Postgres can do: while
 /// this instance is degraded they are refused, not kept in memory.
 impl<P: Primary + ActionStore> ActionStore for FallbackStore<P> {
-    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
+    async fn reset(&self, keys: &[Key], audit: Option<&AuditEntry>) -> Result<(), StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.reset(keys).await
+        self.inner.primary.reset(keys, audit).await
     }
 
     async fn block(
@@ -63,14 +63,15 @@ impl<P: Primary + ActionStore> ActionStore for FallbackStore<P> {
         targets: &[BlockTarget],
         duration: Duration,
         reason: Option<&str>,
+        audit: &AuditEntry,
     ) -> Result<DateTime<Utc>, StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.block(targets, duration, reason).await
+        self.inner.primary.block(targets, duration, reason, audit).await
     }
 
-    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
+    async fn unblock(&self, keys: &[Key], audit: &AuditEntry) -> Result<u64, StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.unblock(keys).await
+        self.inner.primary.unblock(keys, audit).await
     }
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
@@ -82,14 +83,18 @@ impl<P: Primary + ActionStore> ActionStore for FallbackStore<P> {
 /// Overrides are written and read in Postgres only: while degraded they are
 /// refused, and each instance keeps applying those it holds in memory.
 impl<P: Primary + OverrideStore> OverrideStore for FallbackStore<P> {
-    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
+    async fn add_override(
+        &self,
+        new: &StoredOverride,
+        audit: &AuditEntry,
+    ) -> Result<AddedOverride, StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.add_override(new).await
+        self.inner.primary.add_override(new, audit).await
     }
 
-    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
+    async fn remove_override(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
         self.refuse_if_degraded()?;
-        self.inner.primary.remove_override(id).await
+        self.inner.primary.remove_override(id, audit).await
     }
 
     async fn list_overrides(
@@ -108,5 +113,19 @@ impl<P: Primary + OverrideStore> OverrideStore for FallbackStore<P> {
 
     async fn overrides_may_have_changed(&self) {
         self.inner.primary.overrides_may_have_changed().await;
+    }
+}
+
+/// The audit log is in Postgres only: while degraded it is neither written
+/// nor read (a reload's row is then logged as lost, see `reload.rs`).
+impl<P: Primary + AuditStore> AuditStore for FallbackStore<P> {
+    async fn record(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.record(entry).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.audit(query).await
     }
 }

@@ -1,6 +1,6 @@
 //! Resets, blocks and unblocks: each one transaction that changes the
-//! rows, bumps the actions generation and notifies every instance (see
-//! [`super::listener`]). Actions are rare, so they share one connection of
+//! rows, writes the act's audit row, bumps the actions generation and
+//! notifies every instance (see [`super::listener`]). Actions are rare, so they share one connection of
 //! their own, opened on demand.
 
 use std::time::Duration;
@@ -8,10 +8,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
+use super::audit::write;
 use super::connection::{Connection, Work};
 use super::listener::{payload, CHANNEL};
 use super::session::{classify, Session};
-use crate::storage::{Block, BlockTarget, Key, StoreError};
+use crate::storage::{audit_time, AuditEntry, Block, BlockTarget, Key, StoreError};
 
 /// Counters back to full: no row is a full bucket, for every algorithm.
 /// Lockouts go too (a reset is a fresh start); an operator's block stays.
@@ -41,12 +42,20 @@ impl ActionConn {
         Self(Connection::new("acting on limits"))
     }
 
-    pub async fn reset(&self, session: &Session, keys: &[Key]) -> Result<(), StoreError> {
-        let keys = keys.to_vec();
+    pub async fn reset(
+        &self,
+        session: &Session,
+        keys: &[Key],
+        audit: Option<&AuditEntry>,
+    ) -> Result<(), StoreError> {
+        let (keys, audit) = (keys.to_vec(), audit.cloned());
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 for statement in RESET {
                     sqlx::query(statement).persistent(keep).bind(raw(&keys)).execute(&mut *tx).await?;
+                }
+                if let Some(audit) = audit {
+                    write(tx, keep, &audit).await?;
                 }
                 announce(tx, &keys, keep).await
             })
@@ -60,8 +69,9 @@ impl ActionConn {
         targets: &[BlockTarget],
         duration: Duration,
         reason: Option<&str>,
+        audit: &AuditEntry,
     ) -> Result<DateTime<Utc>, StoreError> {
-        let targets = targets.to_vec();
+        let (targets, audit) = (targets.to_vec(), audit.clone());
         // An operator's block replaces whatever block the key had.
         let blocking = session.layout().block(&targets);
         let (ms, reason) =
@@ -69,16 +79,23 @@ impl ActionConn {
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 let ends = blocking.run(&mut *tx, &targets, ms, reason, keep).await?;
+                let until = ends.into_iter().max().unwrap_or_else(Utc::now);
+                write(tx, keep, &audit.with("until", audit_time(&until))).await?;
                 let keys: Vec<Key> = targets.iter().map(|t| t.key).collect();
                 announce(tx, &keys, keep).await?;
-                Ok(ends.into_iter().max().unwrap_or_else(Utc::now))
+                Ok(until)
             })
         })
         .await
     }
 
-    pub async fn unblock(&self, session: &Session, keys: &[Key]) -> Result<u64, StoreError> {
-        let keys = keys.to_vec();
+    pub async fn unblock(
+        &self,
+        session: &Session,
+        keys: &[Key],
+        audit: &AuditEntry,
+    ) -> Result<u64, StoreError> {
+        let (keys, audit) = (keys.to_vec(), audit.clone());
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
                 let lifted = sqlx::query(UNBLOCK)
@@ -87,6 +104,7 @@ impl ActionConn {
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
+                write(tx, keep, &audit.with("lifted", lifted)).await?;
                 announce(tx, &keys, keep).await?;
                 Ok(lifted)
             })

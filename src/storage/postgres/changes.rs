@@ -9,13 +9,13 @@ use chrono::{DateTime, Utc};
 
 use super::PgStore;
 use crate::storage::{
-    ActionStore, AddedOverride, Block, BlockTarget, Freed, Key, LeaseStore, LoadedOverrides, OverrideStore,
-    Renewal, StoreError, StoredOverride, OVERRIDES_POLL_EVERY,
+    ActionStore, AddedOverride, AuditEntry, AuditQuery, AuditRow, AuditStore, Block, BlockTarget, Freed, Key,
+    LeaseStore, LoadedOverrides, OverrideStore, Renewal, StoreError, StoredOverride, OVERRIDES_POLL_EVERY,
 };
 
 impl ActionStore for PgStore {
-    async fn reset(&self, keys: &[Key]) -> Result<(), StoreError> {
-        self.actions.reset(&self.session, keys).await
+    async fn reset(&self, keys: &[Key], audit: Option<&AuditEntry>) -> Result<(), StoreError> {
+        self.actions.reset(&self.session, keys, audit).await
     }
 
     async fn block(
@@ -23,12 +23,13 @@ impl ActionStore for PgStore {
         targets: &[BlockTarget],
         duration: Duration,
         reason: Option<&str>,
+        audit: &AuditEntry,
     ) -> Result<DateTime<Utc>, StoreError> {
-        self.actions.block(&self.session, targets, duration, reason).await
+        self.actions.block(&self.session, targets, duration, reason, audit).await
     }
 
-    async fn unblock(&self, keys: &[Key]) -> Result<u64, StoreError> {
-        self.actions.unblock(&self.session, keys).await
+    async fn unblock(&self, keys: &[Key], audit: &AuditEntry) -> Result<u64, StoreError> {
+        self.actions.unblock(&self.session, keys, audit).await
     }
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
@@ -37,12 +38,16 @@ impl ActionStore for PgStore {
 }
 
 impl OverrideStore for PgStore {
-    async fn add_override(&self, new: &StoredOverride) -> Result<AddedOverride, StoreError> {
-        self.actions.add_override(&self.session, new).await
+    async fn add_override(
+        &self,
+        new: &StoredOverride,
+        audit: &AuditEntry,
+    ) -> Result<AddedOverride, StoreError> {
+        self.actions.add_override(&self.session, new, audit).await
     }
 
-    async fn remove_override(&self, id: &str) -> Result<bool, StoreError> {
-        self.actions.remove_override(&self.session, id).await
+    async fn remove_override(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        self.actions.remove_override(&self.session, id, audit).await
     }
 
     async fn list_overrides(
@@ -67,6 +72,16 @@ impl OverrideStore for PgStore {
             () = self.heard.overrides_may_have_changed() => {}
             () = tokio::time::sleep(OVERRIDES_POLL_EVERY) => {}
         }
+    }
+}
+
+impl AuditStore for PgStore {
+    async fn record(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.actions.record(&self.session, entry).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.actions.audit(&self.session, query).await
     }
 }
 

@@ -3,10 +3,13 @@
 //! deletes are below; the layout runs them ([`super::layout`]), and in
 //! Citus mode with checks straight to the workers, each shard's own
 //! ([`super::citus`]) goes to its worker on a connection kept for it.
+//! Each run also deletes audit rows past their retention, as many at most,
+//! always on the URL's server (the coordinator holds the audit log).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use super::connection::Connection;
 use super::node::Node;
@@ -18,6 +21,8 @@ pub(super) struct Cleanup {
     rate: f64,
     /// Most rows one cleanup deletes.
     batch: i64,
+    /// How long an audit row is kept.
+    audit_retention: Duration,
     running: AtomicBool,
     /// How many runs there have been, which in Citus mode picks the route.
     runs: AtomicUsize,
@@ -31,10 +36,11 @@ pub(super) struct Cleanup {
 impl Cleanup {
     /// `on_workers`: in Citus mode, a cleanup goes straight to the worker
     /// of its shard, as the checks do.
-    pub fn new(rate: f64, batch: i64, on_workers: bool) -> Self {
+    pub fn new(rate: f64, batch: i64, on_workers: bool, audit_retention: Duration) -> Self {
         Self {
             rate,
             batch,
+            audit_retention,
             running: AtomicBool::new(false),
             runs: AtomicUsize::new(0),
             conn: Connection::new("cleaning up"),
@@ -61,9 +67,23 @@ impl Cleanup {
         });
     }
 
-    /// Deletes up to `batch` expired rows, and as many ended blocks; returns
-    /// how many rows it deleted.
+    /// Deletes up to `batch` expired rows, as many ended blocks and as many
+    /// audit rows past retention; returns how many rows it deleted.
     pub async fn run(&self, session: &Session) -> Result<u64, sqlx::Error> {
+        let expired = self.expire_counters(session).await?;
+        Ok(expired + self.expire_audit(session).await?)
+    }
+
+    async fn expire_audit(&self, session: &Session) -> Result<u64, sqlx::Error> {
+        let (batch, retention, limit) = (self.batch, self.audit_retention, session.hard_limit() * 3);
+        self.conn
+            .within(session, limit, move |conn, session| {
+                Box::pin(super::audit::expire(conn, session.keeps_statements(), batch, retention))
+            })
+            .await
+    }
+
+    async fn expire_counters(&self, session: &Session) -> Result<u64, sqlx::Error> {
         let batch = self.batch;
         // Each statement is bounded by the server's `statement_timeout`
         // (below the hard limit): only a server gone silent meets this one.

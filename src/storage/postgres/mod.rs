@@ -12,6 +12,7 @@
 
 mod absorb;
 mod actions;
+mod audit;
 mod changes;
 mod citus;
 mod cleanup;
@@ -72,6 +73,8 @@ pub struct PgStoreOptions {
     pub cleanup_rate: f64,
     /// Most rows one cleanup deletes.
     pub cleanup_batch: i64,
+    /// How long an audit row is kept before a cleanup deletes it.
+    pub audit_retention: Duration,
     /// Whether the counters table should be UNLOGGED.
     pub unlogged: bool,
     /// Whether to distribute the counters over a Citus cluster.
@@ -122,7 +125,12 @@ impl PgStore {
         let targets = session.layout().lanes(options.connections.max(1) as usize, options.citus_checks);
         let (lanes, health_conn) = LaneHandle::start_all(&session, targets, options.pipeline).await?;
         let on_workers = options.citus_checks == CitusChecks::Workers;
-        let cleanup = Arc::new(Cleanup::new(options.cleanup_rate, options.cleanup_batch, on_workers));
+        let cleanup = Arc::new(Cleanup::new(
+            options.cleanup_rate,
+            options.cleanup_batch,
+            on_workers,
+            options.audit_retention,
+        ));
         let health = Arc::new(Health::new(&session, health_conn));
         let heard = Arc::new(Notifications::default());
         health.spawn_heartbeat(Arc::clone(&session), Arc::clone(&heard));

@@ -1,6 +1,6 @@
 //! API overrides in Postgres: written on the actions connection, each
-//! change in one transaction that bumps the overrides generation and
-//! notifies every instance (`<generation> overrides`, see [`super::listener`]).
+//! change in one transaction that writes its audit row, bumps the
+//! overrides generation and notifies every instance (`<generation> overrides`, see [`super::listener`]).
 
 use std::collections::BTreeMap;
 
@@ -8,9 +8,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 
 use super::actions::ActionConn;
+use super::audit::write;
 use super::listener::{overrides_payload, CHANNEL};
 use super::session::Session;
-use crate::storage::{AddedOverride, LoadedOverrides, StoreError, StoredOverride};
+use crate::storage::{AddedOverride, AuditEntry, LoadedOverrides, StoreError, StoredOverride};
 
 const INSERT: &str = "
 INSERT INTO pglimit_overrides (id, policy, match, action, limits, until, note)
@@ -19,7 +20,7 @@ VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, $6, $7) RETURNING created_at";
 /// Expired rows apply to nothing: each insert sweeps them.
 const SWEEP: &str = "DELETE FROM pglimit_overrides WHERE until <= now()";
 
-const DELETE: &str = "DELETE FROM pglimit_overrides WHERE id = $1";
+const DELETE: &str = "DELETE FROM pglimit_overrides WHERE id = $1 RETURNING policy";
 
 /// The policy's overrides with the same `when` (jsonb compares by value).
 const REPLACE: &str = "DELETE FROM pglimit_overrides WHERE policy = $1 AND match = $2::jsonb RETURNING id";
@@ -42,8 +43,9 @@ impl ActionConn {
         &self,
         session: &Session,
         new: &StoredOverride,
+        audit: &AuditEntry,
     ) -> Result<AddedOverride, StoreError> {
-        let (row, mut stored) = (new.clone(), new.clone());
+        let (row, mut stored, audit) = (new.clone(), new.clone(), audit.clone());
         let (created_at, replaced) = self
             .transaction(session, move |tx, keep| {
                 Box::pin(async move {
@@ -56,8 +58,10 @@ impl ActionConn {
                         .fetch_all(&mut *tx)
                         .await?;
                     let created_at = insert(tx, keep, &row, when).await?;
+                    let replaced: Vec<String> = replaced.into_iter().map(|(id,)| id).collect();
+                    write(tx, keep, &audit.with("replaced", replaced.clone())).await?;
                     announce(tx, keep).await?;
-                    Ok((created_at, replaced.into_iter().map(|(id,)| id).collect()))
+                    Ok((created_at, replaced))
                 })
             })
             .await?;
@@ -65,16 +69,21 @@ impl ActionConn {
         Ok(AddedOverride { stored, replaced })
     }
 
-    pub async fn remove_override(&self, session: &Session, id: &str) -> Result<bool, StoreError> {
-        let id = id.to_owned();
+    pub async fn remove_override(
+        &self,
+        session: &Session,
+        id: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let (id, audit) = (id.to_owned(), audit.clone());
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
-                let gone =
-                    sqlx::query(DELETE).persistent(keep).bind(id).execute(&mut *tx).await?.rows_affected();
-                if gone > 0 {
-                    announce(tx, keep).await?;
-                }
-                Ok(gone > 0)
+                let gone: Option<(String,)> =
+                    sqlx::query_as(DELETE).persistent(keep).bind(id).fetch_optional(&mut *tx).await?;
+                let Some((policy,)) = gone else { return Ok(false) };
+                write(tx, keep, &audit.with("policy", policy)).await?;
+                announce(tx, keep).await?;
+                Ok(true)
             })
         })
         .await
