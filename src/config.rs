@@ -67,6 +67,10 @@ pub struct Config {
     pub max_waiting: usize,
     /// The runtime's worker threads; `None`: one per CPU.
     pub worker_threads: Option<usize>,
+    /// Count denials for the top list (`PGLIMIT_TOP`).
+    pub top: bool,
+    /// How long the top list keeps a minute (`PGLIMIT_TOP_RETENTION`).
+    pub top_retention: Duration,
 }
 
 /// Redacts the database URL (it may hold a password) and the API tokens.
@@ -137,6 +141,8 @@ impl Config {
             slow_checks: v::SLOW_CHECKS.read(&get)?,
             max_waiting: v::MAX_WAITING.read(&get)?,
             worker_threads: v::WORKER_THREADS.given(&get)?,
+            top: v::TOP.read(&get)?,
+            top_retention: v::TOP_RETENTION.read(&get)?,
             request_timeout: Duration::ZERO,
         };
         Ok(Self { request_timeout: request_timeout(&get, config.db_timeout)?, ..config })
@@ -191,6 +197,8 @@ mod tests {
         assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
         assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
         assert_eq!(c.slow_checks, 128);
+        assert!(c.top, "the top list is on");
+        assert_eq!(c.top_retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(c.worker_threads, None, "one worker thread per CPU");
         assert_eq!(config(&[("PGLIMIT_WORKER_THREADS", "1")]).expect("valid").worker_threads, Some(1));
     }
@@ -215,6 +223,9 @@ mod tests {
             ("PGLIMIT_REQUEST_TIMEOUT_MS", "1000"),
             ("PGLIMIT_SLOW_CHECKS", "100001"),
             ("PGLIMIT_WORKER_THREADS", "0"),
+            ("PGLIMIT_TOP", "true"),
+            ("PGLIMIT_TOP_RETENTION", "30s"),
+            ("PGLIMIT_TOP_RETENTION", "7 days"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);

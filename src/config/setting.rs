@@ -7,6 +7,7 @@
 use std::fmt::Display;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::time::Duration;
 
 use super::ConfigError;
 
@@ -156,6 +157,30 @@ impl<T: FromStr + PartialOrd + Display + Sync> Values for Range<T> {
 
     fn accepted(&self) -> Option<String> {
         Some(self.what())
+    }
+}
+
+/// A duration written as a window is (`15m`, `7d`), from `min` to 366 days.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub min: Duration,
+    /// `min` as written, for the error.
+    pub min_text: &'static str,
+}
+
+impl Values for Span {
+    type Value = Duration;
+
+    fn parse(&self, raw: &str) -> Result<Duration, String> {
+        let span = crate::policy::parse_window(raw.trim()).map_err(|e| format!("{raw:?}: {e}"))?;
+        if span < self.min {
+            return Err(format!("{raw:?} is shorter than {}", self.min_text));
+        }
+        Ok(span)
+    }
+
+    fn accepted(&self) -> Option<String> {
+        Some(format!("a duration such as 1h or 7d, from {} to 366d", self.min_text))
     }
 }
 

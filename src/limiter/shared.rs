@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::denials::Tally;
 use super::key::KeySecret;
 use super::outcomes::Shape;
 use super::overrides::in_force::ApiOverrides;
@@ -29,6 +30,8 @@ pub struct Shared<S> {
     pub(super) shadow_all: bool,
     /// Overrides set through the API, swapped whole on every change.
     pub(super) api_overrides: ArcSwap<ApiOverrides>,
+    /// Denials counted for the top list (off unless [`Shared::counting_denials`]).
+    pub(super) tally: Arc<Tally>,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -67,7 +70,13 @@ impl<S: Store> Shared<S> {
         let adhoc = Arc::new(PolicyCounters::new(None, [&Arc::from("default")], &outcomes));
         let in_force = ArcSwap::from_pointee(PoliciesInForce::new(policies, shadow_all));
         let api_overrides = ArcSwap::default();
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides }
+        let tally = Arc::new(Tally::off());
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, tally }
+    }
+
+    /// Counts every denial a caller sees into `tally`, for the top list.
+    pub fn counting_denials(self, tally: Arc<Tally>) -> Self {
+        Self { tally, ..self }
     }
 
     pub fn store(&self) -> &S {

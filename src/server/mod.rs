@@ -14,6 +14,7 @@ mod layers;
 mod leases;
 mod metrics;
 mod overrides;
+mod top;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
-use crate::limiter::{Actions, Checks, Leases, Overrides, Waiting};
+use crate::limiter::{Actions, Checks, Leases, Overrides, Top, Waiting};
 use crate::storage::{DenyCache, FallbackStore, PgStore};
 use crate::telemetry::SlowChecks;
 
@@ -64,6 +65,8 @@ pub struct Services {
     pub actions: Actions<ServiceStore>,
     /// `/admin/overrides`.
     pub overrides: Arc<Overrides<ServiceStore>>,
+    /// `/admin/top`, and the counting behind it, written to Postgres.
+    pub top: Arc<Top<PgStore>>,
     pub auth: Auth,
     /// Who may use the admin routes; `None`: nobody (no admin token on a
     /// network bind).
@@ -103,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/blocks", get(admin::list).post(admin::block).delete(admin::unblock))
         .route("/admin/overrides", get(overrides::list).post(overrides::add))
         .route("/admin/overrides/{id}", delete(overrides::remove))
+        .route("/admin/top", get(top::top))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

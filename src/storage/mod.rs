@@ -9,7 +9,9 @@
 //! [`MemoryStore`] keeps them in this process; [`FallbackStore`] serves from
 //! the first and falls back to the second while PostgreSQL is unreachable;
 //! [`DenyCache`] answers repeated denials without asking either.
+//! [`DenialStore`] keeps the denials the limiter counted, for the top list.
 
+mod denials;
 mod deny_cache;
 mod fallback;
 mod memory;
@@ -25,6 +27,7 @@ use chrono::{DateTime, Utc};
 
 use crate::algorithm::{Algorithm, Calendar};
 
+pub use denials::{DenialStore, KeyDenials, MinuteDenials, TopKey, TopList, TopQuery};
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use memory::MemoryStore;

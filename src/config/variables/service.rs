@@ -1,7 +1,9 @@
 //! The variables of the service: where it listens, who may call it, and
 //! how it behaves.
 
-use crate::config::setting::{Address, OneOf, Range, Setting, Text, Unset::*, BOOLEAN};
+use std::time::Duration;
+
+use crate::config::setting::{Address, OneOf, Range, Setting, Span, Text, Unset::*, BOOLEAN};
 use crate::config::LogFormat;
 
 pub static BIND: Setting<Address> = Setting {
@@ -169,5 +171,23 @@ pub static WORKER_THREADS: Setting<Range<usize>> = Setting {
     unset: Means("one per CPU"),
     help: "Threads that serve requests; 1 costs less CPU per check where the service shares a small \
            machine.",
+    secret: false,
+};
+
+pub static TOP: Setting<OneOf<bool>> = Setting {
+    var: "PGLIMIT_TOP",
+    flag: "top",
+    values: OneOf(&[("on", true), ("off", false)]),
+    unset: Is("on"),
+    help: "Count denials per key for GET /admin/top (written every 5 s); off: nothing counted.",
+    secret: false,
+};
+
+pub static TOP_RETENTION: Setting<Span> = Setting {
+    var: "PGLIMIT_TOP_RETENTION",
+    flag: "top-retention",
+    values: Span { min: Duration::from_secs(60), min_text: "1m" },
+    unset: Is("7d"),
+    help: "How long the top list keeps each minute of denials before the cleanup deletes it.",
     secret: false,
 };

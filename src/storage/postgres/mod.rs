@@ -16,6 +16,7 @@ mod changes;
 mod citus;
 mod cleanup;
 mod connection;
+mod denials;
 mod health;
 mod lane;
 mod layout;
