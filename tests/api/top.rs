@@ -33,6 +33,9 @@ name = "email"
 on = ["email"]
 limit = 1
 window = "1h"
+[[policies.quiet.overrides]]
+when = { email = "banned@example.com" }
+deny = true
 "#;
 
 async fn two_instances(extra: &[(&str, &str)]) -> (String, AppState, AppState) {
@@ -180,4 +183,48 @@ async fn a_key_s_denials_are_told_with_those_not_yet_written() {
     let told = a.top.denials_of(&keys, Duration::from_secs(3600)).await.expect("told");
     assert_eq!(told.iter().map(|k| k.denials).collect::<Vec<_>>(), [3, 0]);
     assert!(told[0].last.is_some() && told[1].last.is_none(), "{told:?}");
+}
+
+/// A deny list refuses without asking the store; its refusals are denials
+/// the caller saw, and are listed as its bucket's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_list_s_refusals_are_listed_as_denials() {
+    let (_, a, _) = two_instances(&[]).await;
+    let banned = json!({ "policy": "quiet", "identifiers": { "email": "banned@example.com" } });
+    checks(&a, &banned, 3, StatusCode::TOO_MANY_REQUESTS).await;
+    let listed = top(&a, "?policy=quiet&bucket=email").await;
+    assert_eq!(counts(&listed).iter().map(|(_, n)| *n).collect::<Vec<_>>(), [3], "{}", listed.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_top_list_takes_an_admin_token() {
+    let (_, a, _) = two_instances(&[("PGLIMIT_API_TOKENS", "app"), ("PGLIMIT_ADMIN_TOKENS", "ops")]).await;
+    let asked = |token: &str| Request::get("/admin/top").header("authorization", format!("Bearer {token}"));
+    let refused = send(&a, asked("app").body(Body::empty()).expect("request")).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
+    let listed = send(&a, asked("ops").body(Body::empty()).expect("request")).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+}
+
+/// Minutes past the retention go with the cleanup; newer ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_deletes_minutes_older_than_the_retention_and_keeps_the_rest() {
+    use pglimit::storage::{DenialStore, MinuteDenials};
+    let url = fresh_database().await;
+    let pg = crate::common::pg_store(&url).await;
+    pg.keep_denials_for(Duration::from_secs(3600));
+    let minute = |ago_minutes: i64, name: &str| MinuteDenials {
+        minute: chrono::Utc::now() - chrono::TimeDelta::minutes(ago_minutes),
+        key: adhoc_key(name),
+        policy: "_adhoc".into(),
+        bucket: "default".into(),
+        shown: None,
+        count: 2,
+    };
+    pg.add_denials(&[minute(120, "old"), minute(10, "recent")]).await.expect("written");
+    pg.cleanup().await.expect("cleanup");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let kept: Vec<(Vec<u8>,)> =
+        sqlx::query_as("SELECT key FROM pglimit_denials").fetch_all(&pool).await.expect("rows");
+    assert_eq!(kept, [(adhoc_key("recent").to_vec(),)]);
 }
