@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::declared::{kinds_and_shown, RawIdentifier};
 use super::forward_auth::{self, RawForwardAuth};
-use super::identifier::{kinds_and_shown, RawIdentifier};
 use super::overrides::{validate_overrides, RawOverride};
 use super::{
     format_window, is_valid_name, parse_block_for, parse_window, parse_window_in, BucketDef, FallbackShare,

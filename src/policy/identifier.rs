@@ -8,7 +8,6 @@
 //! default collation, for one), so that every spelling such a lookup takes
 //! for one account counts in that account's bucket.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr};
 
 use icu_casemap::CaseMapper;
@@ -19,41 +18,6 @@ use idna::uts46::{AsciiDenyList, DnsLength, Hyphens, Uts46};
 
 /// Longest identifier value accepted, in bytes (an email address is at most 254).
 pub const MAX_VALUE_LEN: usize = 512;
-
-/// An identifier as the policy file declares it: its kind (`ip = "ip"`),
-/// or a table that may also show it in the top list (`ip = { kind = "ip",
-/// show = true }`): only then is its normalised value kept with its denials.
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-pub(super) enum RawIdentifier {
-    Kind(IdentifierKind),
-    Table(ShownKind),
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ShownKind {
-    kind: IdentifierKind,
-    #[serde(default)]
-    show: bool,
-}
-
-/// The kinds of `raw`'s identifiers, and the names of those shown.
-pub(super) fn kinds_and_shown(
-    raw: BTreeMap<String, RawIdentifier>,
-) -> (BTreeMap<String, IdentifierKind>, BTreeSet<String>) {
-    let mut shown = BTreeSet::new();
-    let kinds = raw.into_iter().map(|(name, declared)| match declared {
-        RawIdentifier::Kind(kind) => (name, kind),
-        RawIdentifier::Table(ShownKind { kind, show }) => {
-            if show {
-                shown.insert(name.clone());
-            }
-            (name, kind)
-        }
-    });
-    (kinds.collect(), shown)
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -12,6 +12,7 @@
 mod bucket_tests;
 mod calendar;
 mod cidr;
+mod declared;
 mod duration;
 mod file;
 mod forward_auth;
