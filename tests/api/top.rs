@@ -228,3 +228,19 @@ async fn the_cleanup_deletes_minutes_older_than_the_retention_and_keeps_the_rest
         sqlx::query_as("SELECT key FROM pglimit_denials").fetch_all(&pool).await.expect("rows");
     assert_eq!(kept, [(adhoc_key("recent").to_vec(),)]);
 }
+
+/// Past its bound in memory an instance keeps no more keys: what it could
+/// not keep is counted in /metrics, and with what it kept makes every denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_past_the_bound_in_memory_are_counted_as_lost() {
+    let (_, a, _) = two_instances(&[("PGLIMIT_MEMORY_CAPACITY", "16")]).await;
+    let names: Vec<String> = (0..40).map(|n| format!("bounded-{n}")).collect();
+    for name in &names {
+        checks(&a, &ad_hoc(name), 1, StatusCode::OK).await;
+        checks(&a, &ad_hoc(name), 1, StatusCode::TOO_MANY_REQUESTS).await;
+    }
+    let listed: u64 = counts(&top(&a, "?policy=_adhoc&limit=1000").await).iter().map(|(_, n)| n).sum();
+    let lost = crate::common::metric(&a, "pglimit_top_lost_total").await as u64;
+    assert!(listed <= 16 && lost > 0, "{listed} listed, {lost} lost");
+    assert_eq!(listed + lost, 40);
+}
