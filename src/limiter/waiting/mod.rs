@@ -83,9 +83,8 @@ impl<S: Store> Waiting<S> {
 
     /// Decides `request`, holding it up to `max_wait` if it would be
     /// denied; zero: [`Checks::check`]. The answer's `waited_ms` says how
-    /// long it was held.
-    /// A denial answered is counted once for the top list, however many
-    /// times the check was tried while held.
+    /// long it was held. A denial answered is counted once for the top
+    /// list, however many times the check was tried while held.
     pub async fn check(&self, request: &CheckRequest, max_wait: Duration) -> Result<Decision, CheckError> {
         if max_wait.is_zero() {
             return self.checks.check(request).await;
