@@ -244,3 +244,24 @@ async fn denials_past_the_bound_in_memory_are_counted_as_lost() {
     assert!(listed <= 16 && lost > 0, "{listed} listed, {lost} lost");
     assert_eq!(listed + lost, 40);
 }
+
+/// A check held by `max_wait` is tried several times but answered once:
+/// one denial when its time runs out, none when it is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_check_counts_one_denial_when_its_time_runs_out_and_none_when_admitted() {
+    let (_, a, _) = two_instances(&[]).await;
+    let slot = json!({ "key": "held", "limit": 1, "algorithm": "concurrency", "lease": "1h" });
+    checks(&a, &slot, 1, StatusCode::OK).await;
+    let mut held = slot.clone();
+    held["max_wait"] = json!("300ms");
+    let timed_out = check(&a, held).await;
+    assert_eq!(timed_out.status, StatusCode::TOO_MANY_REQUESTS, "{}", timed_out.body);
+    assert!(timed_out.body["waited_ms"].as_u64() > Some(0), "it was held: {}", timed_out.body);
+    let turn = json!({ "key": "turn", "limit": 1, "window": "1s" });
+    checks(&a, &turn, 1, StatusCode::OK).await;
+    let mut waits = turn.clone();
+    waits["max_wait"] = json!("3s");
+    checks(&a, &waits, 1, StatusCode::OK).await;
+    let listed = counts(&top(&a, "?policy=_adhoc").await);
+    assert_eq!(listed.iter().map(|(_, n)| *n).collect::<Vec<_>>(), [1], "{listed:?}");
+}
