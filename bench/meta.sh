@@ -100,6 +100,7 @@ write_meta() {
         echo "nometrics_rss_kib=$NOMETRICS_RSS"
         echo "nometrics_warnings=$NOMETRICS_WARNINGS"
         echo "nometrics_metrics_status=$NOMETRICS_METRICS_STATUS"
+        echo "notop_warnings=$NOTOP_WARNINGS"
         echo "pglimit_blocks=$PGLIMIT_BLOCKS"
         echo "pglimit_override_probe=$PGLIMIT_OVERRIDE_PROBE"
         echo "actions_rss_kib=$ACTIONS_RSS"

@@ -59,7 +59,8 @@ pglimit_env() {
 }
 
 # PGLIMIT_METRICS is set either way, so that one in the environment cannot
-# turn the metrics off (or on) behind the report's back; PGLIMIT_POLICIES too.
+# turn the metrics off (or on) behind the report's back; PGLIMIT_POLICIES and
+# PGLIMIT_TOP too.
 # Only this instance serves gRPC: the proxy scenarios are measured on it, right
 # after /check's policy form, against which the report sets them.
 measure_pglimit() {
@@ -71,7 +72,7 @@ measure_pglimit() {
     if [ "$SLOW" = 1 ]; then slow_env=(PGLIMIT_SLOW_CHECKS="$SLOW_CAPACITY"); fi
     pglimit_env "$DATABASE_URL"
     serve pglimit /healthz env "${PGLIMIT_ENV[@]}" PGLIMIT_GRPC_BIND="$GRPC_ADDR" PGLIMIT_METRICS=true \
-        PGLIMIT_POLICIES="$POLICIES" "${slow_env[@]}" "$PGLIMIT_BIN"
+        PGLIMIT_TOP=on PGLIMIT_POLICIES="$POLICIES" "${slow_env[@]}" "$PGLIMIT_BIN"
     measure_http pglimit "allow-random allow-hot allow-policy allow-auth allow-grpc"
     # The curve first, on the state the allow-random points above left; then the
     # policies and algorithms, whose rows would otherwise weigh on it.
@@ -106,6 +107,23 @@ measure_nometrics() {
     NOMETRICS_METRICS_STATUS=$(metrics_status "$SERVER_URL")
     stop "$SERVER_PID"
     NOMETRICS_WARNINGS=$(log_warnings "$WORK/nometrics.log")
+}
+
+# The same binary with PGLIMIT_TOP=off (no denial counted for GET /admin/top),
+# right after pglimit's metrics-off run, on the deny flood only: its row beside
+# pglimit's (PGLIMIT_TOP=on, set explicitly there) is what counting denials
+# costs on the deny path (its budget: 5%). Its database (notop) is as fresh as
+# bench was for pglimit.
+measure_notop() {
+    free_port port
+    pglimit_env "$NOTOP_URL"
+    serve notop /healthz env "${PGLIMIT_ENV[@]}" PGLIMIT_TOP=off PGLIMIT_METRICS=true \
+        PGLIMIT_POLICIES="$POLICIES" "$PGLIMIT_BIN"
+    STATS_DB=notop
+    measure_http pglimit-notop ""
+    STATS_DB=bench
+    stop "$SERVER_PID"
+    NOTOP_WARNINGS=$(log_warnings "$WORK/notop.log")
 }
 
 # pglimit with blocks and overrides configured (their budget: the allow path

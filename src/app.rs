@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Database};
-use crate::limiter::{Actions, Checks, Explain, KeySecret, Leases, Overrides, Shared, WaitLimits, Waiting};
+use crate::limiter::{
+    Actions, Checks, Explain, KeySecret, Leases, Overrides, Shared, Tally, Top, WaitLimits, Waiting,
+};
 use crate::pg_cluster::{read_or_create_private, Cluster, ClusterError};
 use crate::policy::Policies;
 use crate::server::{AppState, Auth, MetricsEndpoint, ServiceStore, Services};
@@ -81,14 +83,18 @@ impl Service {
         if let Some((policy, reason)) = crate::limiter::refused_leasing(&pg, &policies) {
             return Err(crate::policy::PolicyError::refused(&policy, reason).into());
         }
+        let (tally, top) = top(config, &pg);
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
-        let shared = Arc::new(Shared::new(store, policies, secret, config.shadow));
+        let shared = Arc::new(Shared::new(store, policies, secret, config.shadow).counting_denials(tally));
         crate::reload::audit::started(shared.store(), config, shared.policies().hash()).await;
-        let services = services(Arc::clone(&shared), config, metrics).await;
+        let services = services(Arc::clone(&shared), config, metrics, Arc::clone(&top)).await;
         let mut background = Background::default();
         background.0.push(telemetry::sample_every_minute(Arc::clone(shared.minutes())));
+        if top.is_on() {
+            background.0.push(top.spawn_flushes());
+        }
         let policies = config.policies.clone();
         background.0.push(crate::reload::spawn(policies, config.watch_policies, shared, hangup));
         if let Some(endpoint) = &services.metrics {
@@ -106,6 +112,7 @@ async fn services(
     shared: Arc<Shared<ServiceStore>>,
     config: &Config,
     metrics: Option<MetricsEndpoint>,
+    top: Arc<Top<PgStore>>,
 ) -> Services {
     let checks = Checks::new(Arc::clone(&shared));
     let limits = WaitLimits::new(config.max_waiting, config.request_timeout, longest_wait(config.db_timeout));
@@ -120,6 +127,7 @@ async fn services(
         checks,
         waiting,
         overrides,
+        top,
         auth: Auth::new(config.api_tokens.iter().map(String::as_str)),
         admin: admin_access(config),
         metrics,
@@ -128,6 +136,14 @@ async fn services(
         slow_checks: telemetry::SlowChecks::new(config.slow_checks),
         console: config.console,
     }
+}
+
+/// What counts denials for the top list (`PGLIMIT_TOP`; off: a tally that
+/// counts nothing), and what writes them to `pg`.
+fn top(config: &Config, pg: &PgStore) -> (Arc<Tally>, Arc<Top<PgStore>>) {
+    let tally = Arc::new(if config.top { Tally::new(config.memory_capacity) } else { Tally::off() });
+    telemetry::top_expected(config.top);
+    (Arc::clone(&tally), Arc::new(Top::new(tally, pg.clone(), config.top_retention)))
 }
 
 /// The admin routes take an admin token; without any, they are open on a

@@ -78,6 +78,10 @@ pub struct Config {
     /// them: what the audit log's start-up row records.
     pub shown: BTreeMap<String, String>,
     pub digest: String,
+    /// Count denials for the top list (`PGLIMIT_TOP`).
+    pub top: bool,
+    /// How long the top list keeps a minute (`PGLIMIT_TOP_RETENTION`).
+    pub top_retention: Duration,
 }
 
 /// Redacts the database URL (it may hold a password) and the API tokens.
@@ -151,6 +155,8 @@ impl Config {
             worker_threads: v::WORKER_THREADS.given(&get)?,
             console: v::CONSOLE.read(&get)?,
             audit_retention: v::AUDIT_RETENTION.read(&get)?,
+            top: v::TOP.read(&get)?,
+            top_retention: v::TOP_RETENTION.read(&get)?,
             request_timeout: Duration::ZERO,
             digest: tokens::settings_digest(&shown),
             shown,
@@ -229,6 +235,8 @@ mod tests {
         assert!(matches!(c.database, Database::Private { secret: None, .. }) && c.api_tokens.is_empty());
         assert_eq!(c.grpc_bind, None, "the gRPC service is off unless asked for");
         assert_eq!(c.slow_checks, 128);
+        assert!(c.top, "the top list is on");
+        assert_eq!(c.top_retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(c.worker_threads, None, "one worker thread per CPU");
         assert_eq!(c.audit_retention, Duration::from_secs(90 * 86_400));
         assert_eq!(config(&[("PGLIMIT_WORKER_THREADS", "1")]).expect("valid").worker_threads, Some(1));
@@ -258,6 +266,9 @@ mod tests {
             ("PGLIMIT_AUDIT_RETENTION", "90"),
             ("PGLIMIT_AUDIT_RETENTION", "1m"),
             ("PGLIMIT_ADMIN_TOKENS", "a b:secret"),
+            ("PGLIMIT_TOP", "true"),
+            ("PGLIMIT_TOP_RETENTION", "30s"),
+            ("PGLIMIT_TOP_RETENTION", "7 days"),
         ] {
             let err = config(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);

@@ -57,6 +57,9 @@ pub enum Error {
          loopback bind with no PGLIMIT_API_TOKENS)"
     )]
     AdminDisabled,
+    /// `/admin/top` on an instance that counts no denials.
+    #[error("the top list is off on this instance (PGLIMIT_TOP=off): no denial is counted")]
+    TopOff,
     /// A body-reading route got a body not declared as JSON (see `server::guard`).
     #[error("the request body must be JSON, declared with Content-Type: application/json")]
     NotJson,
@@ -92,6 +95,7 @@ impl Error {
             Self::RequestTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::AdminDisabled => StatusCode::FORBIDDEN,
+            Self::TopOff => StatusCode::NOT_FOUND,
             Self::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::MisdirectedHost => StatusCode::MISDIRECTED_REQUEST,
         }
@@ -115,6 +119,7 @@ impl Error {
             Self::RequestTimeout => "request-timeout",
             Self::Internal => "internal",
             Self::AdminDisabled => "admin-disabled",
+            Self::TopOff => "top-off",
             Self::NotJson => "unsupported-media-type",
             Self::MisdirectedHost => "misdirected-request",
         }

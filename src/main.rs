@@ -120,6 +120,7 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    let top = std::sync::Arc::clone(&service.state.top);
     let http = pglimit::serve(listener, service.state.clone(), when_stopped(stopped.clone()));
     match grpc {
         Some(grpc) => {
@@ -128,6 +129,10 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             tokio::try_join!(http, grpc)?;
         }
         None => http.await?,
+    }
+    // The counts since the last flush, before a private cluster stops.
+    if top.is_on() {
+        top.flush_at_exit().await;
     }
     if let Some(cluster) = service.cluster {
         tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast)).await??;

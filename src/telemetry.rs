@@ -25,6 +25,7 @@
 mod checks;
 mod minutes;
 mod slow;
+mod top;
 mod waits;
 
 use std::sync::OnceLock;
@@ -36,6 +37,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub use checks::{Outcome, PolicyCounters, ADHOC, DECISIONS, STORES};
 pub use minutes::{sample_every_minute, Minute, Minutes, MINUTES_SHOWN};
 pub use slow::{SlowCheck, SlowChecks, SlowListing};
+pub use top::{top_expected, top_lost};
 pub use waits::{wait_ended, wait_refused, waiting, waits_expected};
 
 const CHECKS: &str = "pglimit_checks_total";

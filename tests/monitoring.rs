@@ -75,6 +75,7 @@ async fn a_fresh_instance_shows_the_series_its_built_in_policies_can_move_and_no
         ("pglimit_postgres_refused_total", &[]),
         ("pglimit_cleanup_deleted_rows_total", &[]),
         ("pglimit_degraded", &[]),
+        ("pglimit_top_lost_total", &[]),
     ] {
         assert!(has(&scrape, name, labels), "{name} {labels:?} is at 0 from the start");
     }

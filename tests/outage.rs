@@ -243,3 +243,40 @@ async fn a_read_only_server_counts_as_gone_until_it_is_promoted() {
     }
     assert_eq!(admitted, 3, "6 - 1 before - 2 from memory, written back");
 }
+
+/// Denials answered from memory while Postgres is away are kept, and
+/// written to the top list by the periodic flush once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_answered_from_memory_during_an_outage_reach_the_top_list_when_postgres_returns() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    // The whole service: its background tasks, the flushes among them, run while it is held.
+    let service = common::try_service(&url, &[]).await.expect("service starts");
+    let app = service.state.clone();
+    let body = json!({ "key": "denied-in-outage", "limit": 1, "window": "366d" });
+    stop(StopMode::Fast).await;
+    check(&app, body.clone()).await.assert_memory_admits();
+    for _ in 0..3 {
+        let reply = check(&app, body.clone()).await;
+        assert_eq!((reply.status, &reply.body["degraded"]), (StatusCode::TOO_MANY_REQUESTS, &json!(true)));
+    }
+    assert!(app.top.flush().await.is_err(), "nothing can be written while Postgres is away");
+    restart().await;
+    wait_for_postgres(&app, Duration::from_secs(15)).await;
+    // Read from the table, not through /admin/top, which would flush first.
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let deadline = Instant::now() + pglimit::limiter::FLUSH_EVERY * 3;
+    loop {
+        let (denials,): (Option<i64>,) =
+            sqlx::query_as("SELECT sum(count)::bigint FROM pglimit_denials WHERE key = $1")
+                .bind(common::adhoc_key("denied-in-outage").as_slice())
+                .fetch_one(&pool)
+                .await
+                .expect("the top list's table");
+        if denials == Some(3) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not written within three flushes: {denials:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

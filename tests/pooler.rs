@@ -303,3 +303,22 @@ async fn until(app: &AppState, body: &Value, done: impl Fn(&Value) -> bool) -> D
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The top list's statements through a transaction pooler: two instances'
+/// denials written and summed exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_the_top_list_sums_both_instances_denials() {
+    let _serial = SERIAL.lock().await;
+    let mode = Mode::Transaction;
+    let (_bouncer, _, pooled) = behind(mode).await;
+    let (a, b) = (pooled_instance(&pooled, mode, &[]).await, pooled_instance(&pooled, mode, &[]).await);
+    let body = json!({ "key": "pooled-denials", "limit": 1, "window": "1h" });
+    assert_eq!(check(&a, body.clone()).await.status, StatusCode::OK);
+    for app in [&a, &b, &b] {
+        assert_eq!(check(app, body.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    a.top.flush().await.expect("a writes through the pooler");
+    let listed = call(&b, "GET", "/admin/top?policy=_adhoc", Value::Null).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    assert_eq!(listed.body["keys"][0]["denials"], 3, "{}", listed.body);
+}

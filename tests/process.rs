@@ -337,3 +337,32 @@ async fn sigterm_answers_a_check_held_by_max_wait_with_its_429_at_once() {
     assert!(waited < window, "answered on SIGTERM, not at the refill: {decision}");
     assert_eq!(messages_containing(&log, "finishing requests in flight"), 1);
 }
+
+/// The denials counted since the last flush are written when the process
+/// stops on SIGTERM: the top list loses none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_writes_the_denials_counted_since_the_last_flush() {
+    let cluster = throwaway_cluster().await;
+    let dir = temp_dir("top-exit");
+    let url = cluster.url();
+    let service = start(&[("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)], &dir);
+    let body = json!({ "key": "denied-at-exit", "limit": 1, "window": "1h" });
+    let statuses: Vec<u16> = {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            statuses.push(service.check(body.clone()).await.0);
+        }
+        statuses
+    };
+    assert_eq!(statuses, [200, 429, 429, 429]);
+    tokio::task::spawn_blocking(move || service.terminate()).await.expect("terminated");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let (denials,): (Option<i64>,) =
+        sqlx::query_as("SELECT sum(count)::bigint FROM pglimit_denials WHERE key = $1")
+            .bind(common::adhoc_key("denied-at-exit").as_slice())
+            .fetch_one(&pool)
+            .await
+            .expect("the top list's table");
+    assert_eq!(denials, Some(3));
+    drop(cluster);
+}

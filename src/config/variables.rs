@@ -46,6 +46,8 @@ pub static ALL: &[&dyn Variable] = &[
     &REQUEST_TIMEOUT_MS,
     &SLOW_CHECKS,
     &MAX_WAITING,
+    &TOP,
+    &TOP_RETENTION,
     &WORKER_THREADS,
     &CONSOLE,
     &AUDIT_RETENTION,

@@ -10,6 +10,7 @@
 //! - [`Leases`] (`leases.rs`): a concurrency bucket's lease released or renewed.
 //! - [`Actions`] (`actions.rs`): resets, and an operator's blocks.
 //! - [`Overrides`] (`overrides/`): overrides set through the API.
+//! - [`Top`] (`denials/`): the denials callers saw, counted for the top list.
 //!
 //! Each holds an `Arc` of [`Shared`]: the store, the policies in force, the
 //! API overrides in force and the key secret, so that a reload or a new
@@ -17,6 +18,7 @@
 
 mod actions;
 mod checks;
+mod denials;
 mod explain;
 mod key;
 mod leases;
@@ -30,6 +32,7 @@ pub use actions::{Actions, BlockRequest};
 pub use checks::{
     seconds_until, Applied, BucketDecision, Checks, Decision, Granted, Matched, MatchedBy, Plan,
 };
+pub use denials::{Denial, Tally, Top, FLUSH_EVERY};
 pub use explain::{Explain, Explanation, Reason, KEY_PREFIX_HEX};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};
 pub use leases::{refused_leasing, Leases};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::denials::Tally;
 use super::key::KeySecret;
 use super::outcomes::Shape;
 use super::overrides::in_force::ApiOverrides;
@@ -31,6 +32,8 @@ pub struct Shared<S> {
     pub(super) api_overrides: ArcSwap<ApiOverrides>,
     /// This instance's checks and denials in each recent minute.
     pub(super) minutes: Arc<Minutes>,
+    /// Denials counted for the top list (off unless [`Shared::counting_denials`]).
+    pub(super) tally: Arc<Tally>,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -70,7 +73,13 @@ impl<S: Store> Shared<S> {
         let in_force = ArcSwap::from_pointee(PoliciesInForce::new(policies, shadow_all));
         let api_overrides = ArcSwap::default();
         let minutes = Arc::default();
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, minutes }
+        let tally = Arc::new(Tally::off());
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, minutes, tally }
+    }
+
+    /// Counts every denial a caller sees into `tally`, for the top list.
+    pub fn counting_denials(self, tally: Arc<Tally>) -> Self {
+        Self { tally, ..self }
     }
 
     pub fn store(&self) -> &S {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::declared::{kinds_and_shown, RawIdentifier};
 use super::forward_auth::{self, RawForwardAuth};
 use super::overrides::{validate_overrides, RawOverride};
 use super::{
@@ -43,7 +44,7 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
-    identifiers: BTreeMap<String, IdentifierKind>,
+    identifiers: BTreeMap<String, RawIdentifier>,
     buckets: Spanned<Vec<RawBucket>>,
     #[serde(default)]
     on_store_error: OnStoreError,
@@ -154,14 +155,15 @@ impl RawPolicy {
             return Err(Mistake::at(&self.buckets, "buckets", "needs at least one [[buckets]] entry"));
         }
         let max_lease_life = self.max_lease_life()?;
-        let buckets = validate_buckets(self.buckets.into_inner(), &self.identifiers, max_lease_life)?;
+        let (identifiers, shown) = kinds_and_shown(self.identifiers);
+        let buckets = validate_buckets(self.buckets.into_inner(), &identifiers, max_lease_life)?;
         if let (Some(raw), None) = (&self.max_lease_life, super::leasing(&buckets)) {
             let message = "max_lease_life goes with a concurrency bucket, and this policy has none";
             return Err(Mistake::at(raw, "max_lease_life", message));
         }
-        let overrides = validate_overrides(self.overrides, &self.identifiers, &buckets)?;
+        let overrides = validate_overrides(self.overrides, &identifiers, &buckets)?;
         let forward_auth = (self.forward_auth.as_ref())
-            .map(|raw| forward_auth::validate(raw, &self.identifiers).map_err(|m| m.within("forward_auth")))
+            .map(|raw| forward_auth::validate(raw, &identifiers).map_err(|m| m.within("forward_auth")))
             .transpose()?;
         if let (Some(raw), Some(bucket)) = (&self.forward_auth, super::leasing(&buckets)) {
             let message = format!(
@@ -173,7 +175,8 @@ impl RawPolicy {
         }
         Ok(Policy {
             name: name.get_ref().as_str().into(),
-            identifiers: self.identifiers,
+            identifiers,
+            shown,
             buckets,
             on_store_error: self.on_store_error,
             fallback_share: self.fallback_share,

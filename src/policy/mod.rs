@@ -12,6 +12,7 @@
 mod bucket_tests;
 mod calendar;
 mod cidr;
+mod declared;
 mod duration;
 mod file;
 mod forward_auth;
@@ -22,7 +23,7 @@ mod overrides;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +46,9 @@ const DEFAULT_POLICIES: &str = include_str!("../../policies.default.toml");
 pub struct Policy {
     pub name: Arc<str>,
     pub identifiers: BTreeMap<String, IdentifierKind>,
+    /// Identifiers marked `show = true`: their normalised values are kept
+    /// with their denials for the top list; the others' never are.
+    pub shown: BTreeSet<String>,
     pub buckets: Vec<BucketDef>,
     pub on_store_error: OnStoreError,
     pub fallback_share: FallbackShare,

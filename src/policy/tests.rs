@@ -247,3 +247,18 @@ fn an_override_written_as_an_inline_table_names_its_line() {
     ]);
     assert!(err.starts_with("policies.p: overrides[1] (line 5, column 3): give it one action"), "{err}");
 }
+
+#[test]
+fn an_identifier_declared_as_a_table_with_show_is_shown_and_a_kind_alone_is_not() {
+    let text = "[policies.p]\nidentifiers = { ip = { kind = \"ip\", show = true }, email = \"email\", \
+                user = { kind = \"text\" } }\n[[policies.p.buckets]]\nname = \"b\"\non = [\"ip\"]\nlimit = 1\n\
+                window = \"1m\"\n";
+    let policies = Policies::parse(text).expect("valid");
+    let p = policies.get("p").expect("p");
+    assert_eq!(p.shown.iter().collect::<Vec<_>>(), ["ip"]);
+    assert_eq!(p.identifiers["ip"], IdentifierKind::Ip);
+    assert_eq!(p.identifiers["user"], IdentifierKind::Text);
+    let unknown = text.replace("show = true", "shown = true");
+    let err = Policies::parse(&unknown).unwrap_err().to_string();
+    assert!(err.contains("line 2") && err.contains("shown"), "an unknown key in the table is named: {err}");
+}

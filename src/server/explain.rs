@@ -15,6 +15,8 @@ use super::guard::JsonContent;
 use super::AppState;
 use crate::error::Error;
 use crate::limiter::Explanation;
+use crate::storage::Key;
+use chrono::TimeDelta;
 
 pub async fn explain(
     State(state): State<AppState>,
@@ -29,5 +31,28 @@ pub async fn explain(
     if let Some(text) = &max_wait {
         super::check::wait_of(&state, text)?;
     }
-    Ok(Json(state.explain.explain(&request).await?))
+    let explanation = state.explain.explain(&request).await?;
+    Ok(Json(with_denials(&state, explanation).await))
+}
+
+/// The explanation with each key's place in the top list, so that an
+/// identity typed in shows whether it is among the most denied. Left out
+/// when the list is off or cannot be read (Postgres away).
+async fn with_denials(state: &AppState, explanation: Explanation) -> Explanation {
+    if !state.top.is_on() {
+        return explanation;
+    }
+    let keys: Vec<Key> = explanation.buckets.iter().map(|b| b.full_key).collect();
+    let retention = state.top.retention();
+    match state.top.denials_of(&keys, retention).await {
+        Ok(found) => {
+            let since =
+                TimeDelta::from_std(retention).map_or(explanation.checked_at, |r| explanation.checked_at - r);
+            explanation.with_denials(&found, since)
+        }
+        Err(error) => {
+            tracing::debug!(%error, "explain could not read the top list");
+            explanation
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod leases;
 mod metrics;
 mod overrides;
 mod overview;
+mod top;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ pub use layers::wrap as wrap_in_layers;
 pub use metrics::MetricsEndpoint;
 
 use crate::error::Error;
-use crate::limiter::{Actions, Checks, Explain, Leases, Overrides, Waiting};
+use crate::limiter::{Actions, Checks, Explain, Leases, Overrides, Top, Waiting};
 use crate::storage::{DenyCache, FallbackStore, PgStore};
 use crate::telemetry::SlowChecks;
 
@@ -70,6 +71,8 @@ pub struct Services {
     pub overrides: Arc<Overrides<ServiceStore>>,
     /// `/admin/explain`.
     pub explain: Explain<ServiceStore>,
+    /// `/admin/top`, and the counting behind it, written to Postgres.
+    pub top: Arc<Top<PgStore>>,
     pub auth: Auth,
     /// Who may use the admin routes; `None`: nobody (no admin token on a
     /// network bind).
@@ -115,6 +118,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/overview", get(overview::overview))
         .route("/console", get(console::page))
         .route("/console/{file}", get(console::asset))
+        .route("/admin/top", get(top::top))
         .route("/admin/slow-checks", get(admin::slow_checks).delete(admin::reset_slow_checks))
         .route("/admin/audit", get(audit::list))
         .route("/healthz", get(health::healthz))

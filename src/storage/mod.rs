@@ -9,8 +9,10 @@
 //! [`MemoryStore`] keeps them in this process; [`FallbackStore`] serves from
 //! the first and falls back to the second while PostgreSQL is unreachable;
 //! [`DenyCache`] answers repeated denials without asking either.
+//! [`DenialStore`] keeps the denials the limiter counted, for the top list.
 
 mod audit;
+mod denials;
 mod deny_cache;
 mod fallback;
 mod inspect;
@@ -28,6 +30,7 @@ use chrono::{DateTime, Utc};
 use crate::algorithm::{Algorithm, Calendar};
 
 pub use audit::{audit_time, key_prefix, Acting, AuditAction, AuditEntry, AuditQuery, AuditRow, AuditStore};
+pub use denials::{DenialStore, KeyDenials, MinuteDenials, TopKey, TopList, TopQuery};
 pub use deny_cache::DenyCache;
 pub use fallback::{longest_wait, FallbackStore};
 pub use inspect::{InspectStore, Inspection, Stored};

@@ -74,6 +74,11 @@ impl PolicyCounters {
         Self { name, checks, durations, denials }
     }
 
+    /// The policy's name (`_adhoc` for ad hoc keys), to keep without copying.
+    pub fn policy(&self) -> &Arc<str> {
+        &self.name
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 
 use crate::common::{check, fresh_database, instance, send, unique, Reply, SECRET};
 
+/// A named admin token, as configured; the bearer token is its secret.
 const TOKEN: &str = "alice:console-test-token";
+const BEARER: &str = "console-test-token";
 const CONSOLE_ON: &[(&str, &str)] = &[("PGLIMIT_CONSOLE", "on"), ("PGLIMIT_ADMIN_TOKENS", TOKEN)];
 
 async fn get(app: &pglimit::AppState, path: &str, token: Option<&str>) -> Reply {
@@ -27,7 +29,7 @@ async fn get(app: &pglimit::AppState, path: &str, token: Option<&str>) -> Reply 
 async fn the_console_is_a_404_unless_turned_on() {
     let app = instance(&fresh_database().await, &[("PGLIMIT_ADMIN_TOKENS", TOKEN)]).await;
     for path in ["/console", "/console/console.js", "/console/console.css"] {
-        let reply = get(&app, path, Some(TOKEN)).await;
+        let reply = get(&app, path, Some(BEARER)).await;
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}: {}", reply.body);
         assert_eq!(
             reply.body["type"].as_str().map(|t| t.ends_with("not-found")),
@@ -86,7 +88,7 @@ async fn the_overview_takes_an_admin_token() {
     let wrong = get(&app, "/admin/overview", Some("alice:wrong")).await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED, "{}", wrong.body);
     assert_eq!(wrong.body["detail"], "the bearer token is not valid", "{}", wrong.body);
-    assert_eq!(get(&app, "/admin/overview", Some(TOKEN)).await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/admin/overview", Some(BEARER)).await.status, StatusCode::OK);
 }
 
 fn login_bucket(overview: &Value, bucket: &str) -> Value {
@@ -105,7 +107,7 @@ async fn the_overview_shows_the_store_the_policies_and_this_instances_checks_by_
     for _ in 0..3 {
         check(&app, json!({ "key": key, "limit": 2, "window": "1h" })).await;
     }
-    let reply = get(&app, "/admin/overview", Some(TOKEN)).await;
+    let reply = get(&app, "/admin/overview", Some(BEARER)).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     let overview = reply.body;
     assert_eq!(

@@ -294,3 +294,22 @@ async fn explain_refuses_a_wrong_token_an_unknown_policy_and_a_malformed_identit
         assert!(refused.body.to_string().contains(field), "{field}: {}", refused.body);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_how_often_each_key_is_in_the_top_list() {
+    let app = instance(&fresh_database().await, &[]).await;
+    let body = json!({ "key": unique("denied"), "limit": 1, "window": "1h" });
+    assert_eq!(check(&app, body.clone()).await.status, StatusCode::OK);
+    for _ in 0..3 {
+        assert_eq!(check(&app, body.clone()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    let told = explain(&app, &body).await;
+    let denials = &told.body["buckets"][0]["denials"];
+    assert_eq!(denials["count"], 3, "{}", told.body);
+    assert!(denials["last"].is_string() && denials["since"].is_string(), "{denials}");
+    let fresh = explain(&app, &json!({ "key": unique("never"), "limit": 1, "window": "1h" })).await;
+    assert_eq!(fresh.body["buckets"][0]["denials"]["count"], 0, "{}", fresh.body);
+
+    let off = instance(&fresh_database().await, &[("PGLIMIT_TOP", "off")]).await;
+    assert_eq!(explain(&off, &body).await.body["buckets"][0]["denials"], Value::Null, "the list is off");
+}

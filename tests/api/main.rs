@@ -32,6 +32,7 @@ mod properties;
 mod replay;
 mod slow_checks;
 mod stalls;
+mod top;
 mod waiting;
 mod waiting_errors;
 mod waiting_leases;

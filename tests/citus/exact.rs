@@ -76,3 +76,32 @@ async fn checks_across_shards_stay_all_or_nothing_under_concurrency() {
         }
     }
 }
+
+/// The top list in Citus mode: a plain table of the coordinator, never
+/// distributed, whose rows sum every instance's denials exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Citus cluster: scripts/test --citus"]
+async fn the_top_list_sums_three_instances_denials_in_a_table_of_the_coordinator() {
+    let apps = three_instances().await;
+    let key = unique("denied");
+    let body = json!({ "key": key, "limit": 5, "window": "1h" });
+    assert_eq!(admitted(&fire(&apps, vec![body; 20]).await), 5);
+    for app in &apps {
+        app.top.flush().await.expect("each instance writes its counts");
+    }
+    let pool = crate::direct(&crate::cluster().0).await;
+    let (distributed,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'pglimit_denials'::regclass)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("citus metadata");
+    assert!(!distributed, "pglimit_denials stays a table of the coordinator");
+    let (denials,): (Option<i64>,) =
+        sqlx::query_as("SELECT sum(count)::bigint FROM pglimit_denials WHERE key = $1")
+            .bind(crate::common::adhoc_key(&key).as_slice())
+            .fetch_one(&pool)
+            .await
+            .expect("the top list's table");
+    assert_eq!(denials, Some(15));
+}

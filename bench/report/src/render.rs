@@ -17,6 +17,8 @@ pub struct Run<'a> {
     pub baseline: Option<&'a str>,
     /// pglimit-nometrics was measured.
     pub metrics_off: bool,
+    /// pglimit-notop was measured.
+    pub top_off: bool,
     /// pglimit-actions was measured.
     pub actions: bool,
 }
@@ -30,6 +32,7 @@ impl<'a> Run<'a> {
             meta,
             baseline: baseline.or_else(|| has("baseline").then_some("an unknown revision")),
             metrics_off: has("pglimit-nometrics"),
+            top_off: has("pglimit-notop"),
             actions: has("pglimit-actions"),
         }
     }
@@ -131,6 +134,7 @@ fn warnings(run: &Run) -> String {
     let warnings = run.meta.get("pglimit_warnings").filter(|w| !w.is_empty()).map_or("0", |w| w.as_str());
     let others: Vec<String> = [
         (run.metrics_off, "nometrics_warnings", "with metrics off"),
+        (run.top_off, "notop_warnings", "with the top list off"),
         (run.actions, "actions_warnings", "with blocks and overrides"),
     ]
     .into_iter()

@@ -31,12 +31,15 @@ pub const SCENARIOS: [(&str, &str); 16] = [
     (RESETS_SCENARIO, "deny, 10,000 remembered keys, during a stream of resets"),
 ];
 
-pub const SYSTEMS: [(&str, &str); 11] = [
+pub const SYSTEMS: [(&str, &str); 12] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
     // The same binary with PGLIMIT_METRICS=false, measured right after pglimit.
     ("pglimit-nometrics", "pglimit, metrics off"),
+    // The same binary with PGLIMIT_TOP=off, right after pglimit-nometrics, on
+    // the deny flood only: the top list's cost on the deny path.
+    ("pglimit-notop", "pglimit, top list off"),
     // The same binary with overrides and blocks that never apply, measured
     // right after pglimit-nometrics, in ACTIONS_SCENARIOS only.
     ("pglimit-actions", "pglimit, blocks and overrides"),
@@ -52,7 +55,7 @@ pub const SYSTEMS: [(&str, &str); 11] = [
 
 /// pglimit, at any revision or setting: its probes must be decided by Postgres.
 pub fn is_pglimit(system: &str) -> bool {
-    matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-actions" | "baseline")
+    matches!(system, "pglimit" | "pglimit-nometrics" | "pglimit-notop" | "pglimit-actions" | "baseline")
         || crate::pooler::SYSTEMS.contains(&system)
 }
 

@@ -193,3 +193,21 @@ pub static AUDIT_RETENTION: Setting<Span> = Setting {
            background cleanup.",
     secret: false,
 };
+
+pub static TOP: Setting<OneOf<bool>> = Setting {
+    var: "PGLIMIT_TOP",
+    flag: "top",
+    values: OneOf(&[("on", true), ("off", false)]),
+    unset: Is("on"),
+    help: "Count denials per key for GET /admin/top (written every 5 s); off: nothing counted.",
+    secret: false,
+};
+
+pub static TOP_RETENTION: Setting<Span> = Setting {
+    var: "PGLIMIT_TOP_RETENTION",
+    flag: "top-retention",
+    values: Span { min: Duration::from_secs(60), max: Duration::from_secs(366 * 86_400) },
+    unset: Is("7d"),
+    help: "How long the top list keeps each minute of denials before the cleanup deletes it.",
+    secret: false,
+};

@@ -14,6 +14,7 @@ pub use decision::{seconds_until, BucketDecision, Decision, Granted};
 pub(super) use plan::bucket_spec;
 pub use plan::{Applied, Matched, MatchedBy, Plan};
 
+use super::denials::Denial;
 use super::leases;
 use super::request::{CheckError, CheckRequest, Invalid};
 use super::shared::Shared;
@@ -63,8 +64,45 @@ impl<S: Store> Checks<S> {
         plan::plan(&in_force.policies, &api, &shared.secret, shared.shadow_all, request, counters)
     }
 
-    /// Decides `request`: `Ok` for both admitted and denied checks.
+    /// Decides `request`: `Ok` for both admitted and denied checks. A
+    /// denial is counted for the top list.
     pub async fn check(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
+        let (plan, decision) = self.decide(request).await?;
+        self.tally(&plan, &decision);
+        Ok(decision)
+    }
+
+    /// As [`Checks::check`], uncounted for the top list: for a held check's
+    /// attempts, of which only the answer is counted ([`Checks::tally_answer`]).
+    pub(in crate::limiter) async fn attempt(&self, request: &CheckRequest) -> Result<Decision, CheckError> {
+        self.decide(request).await.map(|(_, decision)| decision)
+    }
+
+    /// Counts `decision`, the answer to `request`, for the top list.
+    pub(in crate::limiter) fn tally_answer(&self, request: &CheckRequest, decision: &Decision) {
+        if !decision.allowed && self.shared.tally.is_on() {
+            if let Ok(plan) = self.plan(request) {
+                self.tally(&plan, decision);
+            }
+        }
+    }
+
+    /// Counts each bucket that denied a refused check (a deny list refuses
+    /// in every bucket); a shadow policy's denial was answered as allowed.
+    fn tally(&self, plan: &Plan, decision: &Decision) {
+        let tally = &self.shared.tally;
+        if decision.allowed || !tally.is_on() {
+            return;
+        }
+        let (at, policy) = (Utc::now(), plan.counters.policy());
+        for (i, bucket) in decision.buckets.iter().enumerate().filter(|(_, b)| !b.allowed) {
+            let shown = plan.shown.get(i).and_then(Option::as_ref);
+            tally.add(at, Denial { key: bucket.key, policy, bucket: &bucket.name, shown });
+        }
+    }
+
+    /// The plan of `request` and its decision, counted in the metrics.
+    async fn decide(&self, request: &CheckRequest) -> Result<(Plan, Decision), CheckError> {
         let mut plan = self.plan(request)?;
         self.answerable(&plan.check)?;
         let max_life = || leases::max_life(&self.policies(), request);
@@ -78,7 +116,7 @@ impl<S: Store> Checks<S> {
         let decision = decision(&plan, answer, granted, refused);
         count(&plan, &decision, took);
         self.shared.minutes.check(decision.outcome() == "denied");
-        Ok(decision)
+        Ok((plan, decision))
     }
 
     /// Refuses, alone and before it joins a batch, a check the store could

@@ -23,6 +23,9 @@ pub struct Plan {
     pub counters: Arc<PolicyCounters>,
     /// The override entry that matched, if any.
     pub matched: Option<Matched>,
+    /// For each bucket of `check`, the identifiers its policy shows in the
+    /// top list, as a JSON object; empty when the policy shows none.
+    pub shown: Vec<Option<Arc<str>>>,
 }
 
 /// An override that applies to a check.
@@ -70,8 +73,10 @@ pub(super) fn plan(
             let values = request::identifiers(policy, identifiers, *cost)?;
             let matched = matched(api, secret, policy, &values);
             let over = matched.as_ref().map(|(_, action)| *action);
+            let check = policy_check(secret, policy, &values, *cost, over);
             Ok(Plan {
-                check: policy_check(secret, policy, &values, *cost, over),
+                shown: shown(policy, &values, &check),
+                check,
                 on_store_error: policy.on_store_error,
                 shadow: shadow_all || policy.mode == Mode::Shadow,
                 counters: counters(&policy.name),
@@ -82,9 +87,27 @@ pub(super) fn plan(
             let valid = request::ad_hoc(key, *limit, window, timezone.as_deref(), *algorithm, *cost)?;
             let check = ad_hoc_check(secret, &valid, *cost);
             let (on_store_error, counters) = (OnStoreError::default(), counters(crate::telemetry::ADHOC));
-            Ok(Plan { check, on_store_error, shadow: shadow_all, counters, matched: None })
+            Ok(Plan { check, on_store_error, shadow: shadow_all, counters, matched: None, shown: Vec::new() })
         }
     }
+}
+
+/// For each bucket of `check`, the values of its identifiers that `policy`
+/// marks `show = true`, as a JSON object (`None`: it counts over none).
+/// Nothing for a policy that shows none, which is the common case.
+fn shown(policy: &Policy, values: &BTreeMap<&str, String>, check: &Check) -> Vec<Option<Arc<str>>> {
+    if policy.shown.is_empty() {
+        return Vec::new();
+    }
+    let of_bucket = |spec: &BucketSpec| {
+        let def = policy.buckets.iter().find(|b| b.name == spec.name)?;
+        let shown: serde_json::Map<String, serde_json::Value> = (def.on.iter())
+            .filter(|field| policy.shown.contains(*field))
+            .filter_map(|field| Some((field.clone(), values.get(field.as_str())?.as_str().into())))
+            .collect();
+        (!shown.is_empty()).then(|| Arc::from(serde_json::Value::Object(shown).to_string()))
+    };
+    check.buckets.iter().map(of_bucket).collect()
 }
 
 /// The override that applies to these values of `policy`, the API's or

@@ -37,11 +37,25 @@ pub struct BucketExplanation {
     pub block: Option<BlockExplained>,
     /// Requests this instance holds waiting (`max_wait`) on this key.
     pub waiters: usize,
+    /// The key's denials in the top list (`GET /admin/top`) over its
+    /// retention; `None` when the list is off or could not be read.
+    pub denials: Option<KeyDenied>,
     pub why: String,
     #[serde(skip)]
     pub full_key: Key,
     #[serde(skip)]
     pub retry_at: Option<DateTime<Utc>>,
+}
+
+/// A key's place in the top list: how often it was denied, and when last.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyDenied {
+    pub count: u64,
+    #[serde(serialize_with = "super::some_rfc3339_ms")]
+    pub last: Option<DateTime<Utc>>,
+    /// Counted since then: the top list's retention.
+    #[serde(serialize_with = "super::rfc3339_ms")]
+    pub since: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +101,7 @@ pub fn explain(
         retry_after_s: retry_at.filter(|_| !allowed).map(|at| seconds_until(now, at).max(1)),
         block,
         waiters: 0,
+        denials: None,
         why: String::new(),
         full_key: spec.key,
         retry_at,

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 
-pub use bucket::{BucketExplanation, KEY_PREFIX_HEX};
+pub use bucket::{BucketExplanation, KeyDenied, KEY_PREFIX_HEX};
 
 use super::checks::{Applied, Checks, Matched, MatchedBy, Plan};
 use super::request::{CheckError, CheckRequest};
 use super::waiting::Waiting;
 use crate::policy::OnStoreError;
-use crate::storage::{InspectStore, Inspection, Key, MemoryFallback, Store, StoreKind};
+use crate::storage::{InspectStore, Inspection, Key, KeyDenials, MemoryFallback, Store, StoreKind};
 
 /// Explains checks. A handle over the checks' shared state and this
 /// instance's waiting queues.
@@ -149,6 +149,17 @@ fn explanation(
         checked_at: now,
         remembered_denial_until: inspection.remembered_until,
         buckets,
+    }
+}
+
+impl Explanation {
+    /// Notes each bucket's denials in the top list, counted since `since`.
+    pub fn with_denials(mut self, found: &[KeyDenials], since: DateTime<Utc>) -> Self {
+        for bucket in &mut self.buckets {
+            let of_key = found.iter().find(|d| d.key == bucket.full_key);
+            bucket.denials = of_key.map(|d| KeyDenied { count: d.denials, last: d.last, since });
+        }
+        self
     }
 }
 

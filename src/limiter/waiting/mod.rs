@@ -83,11 +83,19 @@ impl<S: Store> Waiting<S> {
 
     /// Decides `request`, holding it up to `max_wait` if it would be
     /// denied; zero: [`Checks::check`]. The answer's `waited_ms` says how
-    /// long it was held.
+    /// long it was held. A denial answered is counted once for the top
+    /// list, however many times the check was tried while held.
     pub async fn check(&self, request: &CheckRequest, max_wait: Duration) -> Result<Decision, CheckError> {
         if max_wait.is_zero() {
             return self.checks.check(request).await;
         }
+        let decision = self.hold(request, max_wait).await?;
+        self.checks.tally_answer(request, &decision);
+        Ok(decision)
+    }
+
+    /// [`Waiting::check`] with a `max_wait` above zero.
+    async fn hold(&self, request: &CheckRequest, max_wait: Duration) -> Result<Decision, CheckError> {
         let bound = self.queues.limits().max_wait;
         if max_wait > bound {
             return Err(Invalid::MaxWait { bound_ms: bound.as_millis() as u64 }.into());
@@ -118,7 +126,7 @@ impl<S: Store> Waiting<S> {
         if let Some(key) = self.queues.queued_on(&keys) {
             return Ok(Arrival::Queue(key, None));
         }
-        let first = self.checks.check(request).await?;
+        let first = self.checks.attempt(request).await?;
         Ok(match held_for(&first, deadline) {
             Some(key) => Arrival::Queue(key, Some(first)),
             None => Arrival::Answer(first),
@@ -154,7 +162,7 @@ impl<S: Store> Waiting<S> {
                 }
             }
             let wakes = self.queues.wakes();
-            let decision = self.checks.check(request).await?;
+            let decision = self.checks.attempt(request).await?;
             let Some(key) = held_for(&decision, deadline) else { return Ok(decision) };
             let moved = key != waiter.key();
             if !waiter.move_to(key) {
@@ -176,7 +184,7 @@ impl<S: Store> Waiting<S> {
     ) -> Result<Decision, CheckError> {
         match last {
             Some(denial) => Ok(denial),
-            None => self.checks.check(request).await,
+            None => self.checks.attempt(request).await,
         }
     }
 }

@@ -3,11 +3,12 @@
 //! deletes are below; the layout runs them ([`super::layout`]), and in
 //! Citus mode with checks straight to the workers, each shard's own
 //! ([`super::citus`]) goes to its worker on a connection kept for it.
-//! Each run also deletes audit rows past their retention, as many at most,
-//! always on the URL's server (the coordinator holds the audit log).
+//! Each run also deletes audit rows past their retention and the top
+//! list's old minutes, as many at most, always on the URL's server (the
+//! coordinator holds both tables in Citus mode).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -15,6 +16,15 @@ use super::connection::Connection;
 use super::node::Node;
 use super::session::Session;
 use crate::telemetry;
+
+/// Minutes of the top list older than `$2` microseconds, at most `$1` of them.
+const DELETE_OLD_DENIALS: &str = "
+DELETE FROM pglimit_denials WHERE (key, minute) IN (
+    SELECT key, minute FROM pglimit_denials
+    WHERE minute < now() - $2::bigint * interval '1 microsecond' LIMIT $1)";
+
+/// How long the top list's minutes are kept unless told (`PGLIMIT_TOP_RETENTION`).
+const DENIALS_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 pub(super) struct Cleanup {
     /// Fraction of checks that start a cleanup.
@@ -31,6 +41,8 @@ pub(super) struct Cleanup {
     /// In Citus mode with checks straight to the workers, a connection
     /// kept to each worker a cleanup went to; `None` otherwise.
     workers: Option<Mutex<HashMap<Node, Arc<Connection>>>>,
+    /// How long the top list's minutes are kept, in microseconds.
+    denials_kept_us: AtomicU64,
 }
 
 impl Cleanup {
@@ -45,7 +57,14 @@ impl Cleanup {
             runs: AtomicUsize::new(0),
             conn: Connection::new("cleaning up"),
             workers: on_workers.then(Mutex::default),
+            denials_kept_us: AtomicU64::new(DENIALS_KEPT.as_micros() as u64),
         }
+    }
+
+    /// Keeps the top list's minutes `retention` long from now on.
+    pub fn keep_denials_for(&self, retention: Duration) {
+        let us = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);
+        self.denials_kept_us.store(us, Ordering::Relaxed);
     }
 
     /// Called after each check: on about `rate` of them, starts a cleanup
@@ -68,10 +87,12 @@ impl Cleanup {
     }
 
     /// Deletes up to `batch` expired rows, as many ended blocks and as many
-    /// audit rows past retention; returns how many rows it deleted.
+    /// audit rows past retention and old minutes of the top list; returns
+    /// how many rows it deleted.
     pub async fn run(&self, session: &Session) -> Result<u64, sqlx::Error> {
         let expired = self.expire_counters(session).await?;
-        Ok(expired + self.expire_audit(session).await?)
+        let audit = self.expire_audit(session).await?;
+        Ok(expired + audit + self.old_denials(session).await?)
     }
 
     async fn expire_audit(&self, session: &Session) -> Result<u64, sqlx::Error> {
@@ -83,6 +104,21 @@ impl Cleanup {
             .await
     }
 
+    /// Up to `batch` minutes of the top list older than its retention.
+    async fn old_denials(&self, session: &Session) -> Result<u64, sqlx::Error> {
+        let (batch, limit) = (self.batch, session.hard_limit() * 3);
+        let kept = i64::try_from(self.denials_kept_us.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        self.conn
+            .within(session, limit, move |conn, session| {
+                Box::pin(async move {
+                    let delete = sqlx::query(DELETE_OLD_DENIALS).persistent(session.keeps_statements());
+                    Ok(delete.bind(batch).bind(kept).execute(conn).await?.rows_affected())
+                })
+            })
+            .await
+    }
+
+    /// The counters', blocks' and leases' part of [`Cleanup::run`].
     async fn expire_counters(&self, session: &Session) -> Result<u64, sqlx::Error> {
         let batch = self.batch;
         // Each statement is bounded by the server's `statement_timeout`

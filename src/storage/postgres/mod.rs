@@ -17,6 +17,7 @@ mod changes;
 mod citus;
 mod cleanup;
 mod connection;
+mod denials;
 mod health;
 mod inspect;
 mod lane;
