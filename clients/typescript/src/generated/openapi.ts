@@ -32,7 +32,7 @@ export interface paths {
         put?: never;
         /**
          * Put a check's buckets back to full (e.g. after a successful login), then peek
-         * @description Deletes the named buckets' counters (default: all of the check's) and their lockouts, in one transaction heard by every instance at once (their remembered denials of these keys are forgotten); an operator's block stays. A concurrency bucket's leases end with it (their slots in other buckets are freed; a later /renew or /release of one is a 404 unknown-lease). Answers like a /check of cost 0 taken after the reset. 503 while Postgres is away.
+         * @description Deletes the named buckets' counters (default: all of the check's) and their lockouts, in one transaction heard by every instance at once (their remembered denials of these keys are forgotten); an operator's block stays. A concurrency bucket's leases end with it (their slots in other buckets are freed; a later /renew or /release of one is a 404 unknown-lease). Answers like a /check of cost 0 taken after the reset. 503 while Postgres is away. Takes an API token or an admin token: a reset with an admin token is an operator's (the console's Reset) and is written to the audit log (GET /admin/audit) as the token's name, in the reset's transaction; a reset with an API token is an application's and is not audited.
          */
         post: operations["reset"];
         delete?: never;
@@ -312,6 +312,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The console's first page in one call: the store, the policies, the last 15 minutes
+         * @description Which store answers (Postgres, or this instance's memory while degraded) and how many instances share the database, the policies in force (sorted by name) with their buckets as the policy file writes them, and this instance's checks and denials in each of the last 15 minutes. Read from this instance's memory: no call to Postgres, so it answers during an outage too. Names only configuration, never an identifier or key.
+         */
+        get: operations["overview"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/slow-checks": {
         parameters: {
             query?: never;
@@ -331,6 +351,26 @@ export interface paths {
          * @description Empties the log and its count of checks seen, and answers what it held.
          */
         delete: operations["resetSlowChecks"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log: who changed what, the newest first, a page at a time
+         * @description Every administrative act, one row each: a block or an unblock, a reset made with an admin token (POST /reset; one with an API token is an application's and is not audited), an API override set or removed, a policy reload that changed the policies, and each start-up. An act on limits writes its row in its own transaction (a refused or failed act leaves none). Rows are never changed, and are deleted after PGLIMIT_AUDIT_RETENTION (default 90d). Filter by action and target (both exact); to read on, pass a page's next as cursor with the same action and target. Keys are shown by the first 16 hex digits of their HMAC and exact override values by their keyed hash, never an identifier. Read from Postgres: 503 store-unavailable while it is away. A mistake in the query is a 400 invalid-field naming action, limit or cursor, or query (an unknown or repeated parameter).
+         */
+        get: operations["listAuditEntries"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -827,6 +867,89 @@ export interface components {
             /** Format: date-time */
             earliest_lease_end: string;
         };
+        /**
+         * @description block and unblock: POST and DELETE /admin/blocks; override_set and override_removed: POST /admin/overrides and DELETE /admin/overrides/{id}; reset: POST /reset with an admin token; policies_reloaded: a reload (SIGHUP or a change to the file) that put other policies in force; started: a start-up
+         * @enum {unknown}
+         */
+        AuditAction: "block" | "unblock" | "override_set" | "override_removed" | "reset" | "policies_reloaded" | "started";
+        AuditPage: {
+            /** @description The newest (highest id) first */
+            entries: components["schemas"]["AuditEntry"][];
+            /** @description The cursor of the next page (pass it as cursor with the same action and target); null on the last page */
+            next: string | null;
+        };
+        /** @description One administrative act */
+        AuditEntry: {
+            /** @description The row's number (a 64-bit integer, as a string); a later row has a higher one */
+            id: string;
+            /**
+             * Format: date-time
+             * @description When the row was written, by the store's clock
+             */
+            at: string;
+            /**
+             * @description Who acted: an admin token's name, or token: and 8 hex digits for a token without one; system for the service's own acts (reloads, start-ups); anonymous on admin routes open without admin tokens
+             * @example alice
+             * @example token:2cc2124e
+             * @example system
+             */
+            actor: string;
+            /** @description The X-Request-Id of the request that acted (the caller's, or the one the service gave it); null for the service's own acts */
+            request_id: string | null;
+            action: components["schemas"]["AuditAction"];
+            /** @description What was acted on, as the target parameter matches it: policy/bucket (policy/b1,b2 for several buckets), an override's id, or the policy file's path (builtin without one) */
+            target: string;
+            /** @description What changed, by action. block: keys ([{bucket, key}], each key by the first 16 hex digits of its HMAC, as GET /admin/blocks shows it whole), for, until, reason; unblock: keys and lifted (how many blocks were lifted); reset: keys; override_set: policy, when (exact values as hmac:<hex>), action (limits, unlimited or deny), limits (null unless action is limits), until, note and replaced (the ids it replaced); override_removed: policy; policies_reloaded: trigger (SIGHUP or file change), before and after (the policy hashes /readyz shows); started: config_digest (a digest of settings), settings (every variable set, each secret only as set), policies (their hash) and version. Never an identifier */
+            detail: {
+                [key: string]: unknown;
+            };
+        };
+        Overview: {
+            store: {
+                /**
+                 * @description Which store answers checks: memory is this instance's, while Postgres is away
+                 * @enum {unknown}
+                 */
+                kind: "postgres" | "memory";
+                /** @description Postgres is away (kind is then memory) */
+                degraded: boolean;
+                /** @description Service instances sharing the database at the last heartbeat, this one included (as /readyz counts them) */
+                instances: number;
+            };
+            /** @description The policies in force, sorted by name */
+            policies: components["schemas"]["OverviewPolicy"][];
+            /** @description The last 15 minutes, the oldest first; the last is the current minute, still counting. A minute before the instance started shows zeros */
+            minutes: components["schemas"]["OverviewMinute"][];
+        };
+        OverviewPolicy: {
+            name: string;
+            /** @description In shadow mode (mode = "shadow", or PGLIMIT_SHADOW=true): decided and counted, never refused */
+            shadow: boolean;
+            /** @description In the policy file's order */
+            buckets: components["schemas"]["OverviewBucket"][];
+        };
+        /** @description A bucket as the policy file writes it (without its overrides) */
+        OverviewBucket: {
+            name: string;
+            /** @enum {unknown} */
+            algorithm: "fixed_window" | "sliding_window" | "sliding_log" | "token_bucket" | "concurrency";
+            limit: number;
+            /** @description The shortest spelling of the window (a concurrency bucket's lease), or a calendar window and its zone: 1 calendar day (Europe/Paris) */
+            window: string;
+            /** @description The identifier fields it counts over (its on), in key order */
+            identifiers: string[];
+        };
+        OverviewMinute: {
+            /**
+             * Format: date-time
+             * @description When the minute began (whole seconds, UTC)
+             */
+            minute: string;
+            /** @description Checks this instance decided in the minute, allowed or denied */
+            checks: number;
+            /** @description Of those, the ones denied; a shadow policy's would-be denials are not counted */
+            denied: number;
+        };
     };
     responses: {
         /** @description An RFC 9457 problem document. 503 store-unavailable: Postgres is away and the policy fails closed; 503 request-timeout: the request took longer than PGLIMIT_REQUEST_TIMEOUT_MS (both with Retry-After: 1); 500 internal: a handler panicked (a bug, logged); 415 unsupported-media-type: a body not declared Content-Type: application/json; 421 misdirected-request: on a loopback bind, a Host other than localhost or an IP address (DNS rebinding) */
@@ -1246,6 +1369,30 @@ export interface operations {
             503: components["responses"]["Problem"];
         };
     };
+    overview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The overview */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Overview"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+        };
+    };
     listSlowChecks: {
         parameters: {
             query?: never;
@@ -1292,6 +1439,41 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             421: components["responses"]["Problem"];
+        };
+    };
+    listAuditEntries: {
+        parameters: {
+            query?: {
+                /** @description Only rows of this action */
+                action?: components["schemas"]["AuditAction"];
+                /** @description Only rows of exactly this target: policy/bucket for a block, an unblock or a reset (policy/b1,b2 for an act on several buckets at once, in the policy's order), an override's id, or the policy file's path as configured (builtin without one) for a reload or a start-up */
+                target?: string;
+                /** @description Most rows in the page */
+                limit?: number;
+                /** @description A page's next, as given: the page after it. Refused (400) if it was made for another action or target */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the audit log */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     healthz: {
