@@ -64,6 +64,10 @@ fn page_of(listing: &Listing) -> Result<AuditQuery, Error> {
             Error::field("limit", format!("limit must be a whole number from 1 to {MAX_PAGE}"))
         })?,
     };
+    // Postgres' text holds no NUL, so no target stored has one: said, not sent.
+    if listing.target.as_deref().is_some_and(|t| t.contains('\0')) {
+        return Err(Error::field("target", "target cannot contain a NUL character"));
+    }
     let mut page = AuditQuery { action, target: listing.target.clone(), before: None, limit };
     if let Some(text) = listing.cursor.as_deref() {
         page.before = Some(before(text, &page)?);

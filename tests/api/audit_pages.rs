@@ -97,6 +97,7 @@ async fn a_cursor_from_another_query_and_every_malformed_parameter_are_400s_nami
         ("limit=1001".to_owned(), "limit"),
         ("limit=ten".to_owned(), "limit"),
         ("colour=red".to_owned(), "query"),
+        ("target=a%00b".to_owned(), "target"),
     ] {
         let reply = audit(&app, &query).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{query}: {}", reply.body);
