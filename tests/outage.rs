@@ -280,3 +280,22 @@ async fn denials_answered_from_memory_during_an_outage_reach_the_top_list_when_p
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Explain during an outage tells the share of each limit this instance
+/// enforces from memory, as its checks do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_during_an_outage_gives_the_share_of_the_limit_memory_enforces() {
+    let _serial = SERIAL.lock().await;
+    let url = database().await;
+    let (a, _b) = (instance(&url, &[]).await, instance(&url, &[]).await);
+    wait_for_instances(&a, 2).await;
+    stop(StopMode::Fast).await;
+    let body = json!({ "key": common::unique("shared"), "limit": 4, "window": "1h" });
+    check(&a, body.clone()).await.assert_memory_admits();
+    let told = common::call(&a, "POST", "/admin/explain", body).await;
+    let bucket = &told.body["buckets"][0];
+    assert_eq!((bucket["limit"].as_u64(), bucket["remaining"].as_u64()), (Some(2), Some(1)), "{}", told.body);
+    assert!(told.body["why"].as_str().unwrap_or_default().contains("1/2"), "{}", told.body);
+    restart().await;
+    wait_for_postgres(&a, Duration::from_secs(15)).await;
+}
