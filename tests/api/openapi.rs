@@ -58,6 +58,7 @@ async fn every_documented_operation_exists_and_every_route_is_documented() {
         ("GET", "/admin/overrides"),
         ("GET", "/admin/overview"),
         ("GET", "/admin/slow-checks"),
+        ("GET", "/admin/top"),
         ("GET", "/auth/{policy}"),
         ("GET", "/healthz"),
         ("GET", "/metrics"),

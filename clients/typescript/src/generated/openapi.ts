@@ -262,7 +262,7 @@ export interface paths {
         put?: never;
         /**
          * What /check would answer now for a check, and why, counting nothing
-         * @description Takes the body of POST /check (max_wait is checked as /check checks it, and plays no part) and answers 200 whether the check would be allowed or not: which rule decides (a bucket without room, an operator's block or a lockout, an allow or deny list entry, Postgres being away under on_store_error), the override that applies, and each bucket's stored state in its algorithm's terms with this instance's waiters on its key. Nothing is counted, created or remembered. Keys are shown by their first 16 hex digits, never the identifiers. An admin route: it names blocks, overrides and waiters.
+         * @description Takes the body of POST /check (max_wait is checked as /check checks it, and plays no part) and answers 200 whether the check would be allowed or not: which rule decides (a bucket without room, an operator's block or a lockout, an allow or deny list entry, Postgres being away under on_store_error), the override that applies, and each bucket's stored state in its algorithm's terms with this instance's waiters on its key and how often the key was denied over the top list's retention (GET /admin/top; null when that list is off or cannot be read). Nothing is counted, created or remembered. Keys are shown by their first 16 hex digits, never the identifiers. An admin route: it names blocks, overrides and waiters.
          */
         post: operations["explain"];
         delete?: never;
@@ -365,9 +365,29 @@ export interface paths {
         };
         /**
          * The audit log: who changed what, the newest first, a page at a time
-         * @description Every administrative act, one row each: a block or an unblock, a reset made with an admin token (POST /reset; one with an API token is an application's and is not audited), an API override set or removed, a policy reload that changed the policies, and each start-up. An act on limits writes its row in its own transaction (a refused or failed act leaves none). Rows are never changed, and are deleted after PGLIMIT_AUDIT_RETENTION (default 90d). Filter by action and target (both exact); to read on, pass a page's next as cursor with the same action and target. Keys are shown by the first 16 hex digits of their HMAC and exact override values by their keyed hash, never an identifier. Read from Postgres: 503 store-unavailable while it is away. A mistake in the query is a 400 invalid-field naming action, limit or cursor, or query (an unknown or repeated parameter).
+         * @description Every administrative act, one row each: a block or an unblock, a reset made with an admin token (POST /reset; one with an API token is an application's and is not audited), an API override set or removed, a policy reload that changed the policies, and each start-up. An act on limits writes its row in its own transaction (a refused or failed act leaves none). Rows are never changed, and are deleted after PGLIMIT_AUDIT_RETENTION (default 90d). Filter by action and target (both exact); to read on, pass a page's next as cursor with the same action and target. Keys are shown by the first 16 hex digits of their HMAC and exact override values by their keyed hash, never an identifier. Read from Postgres: 503 store-unavailable while it is away. A mistake in the query is a 400 invalid-field naming action, limit, cursor, target (a target with a NUL character, which no stored target can hold) or query (an unknown or repeated parameter).
          */
         get: operations["listAuditEntries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/top": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who is being limited: the most-denied keys, summed over every instance
+         * @description Each instance counts the denials its callers saw (a 429, or a held check's last answer), per minute, policy, bucket and key, in memory, and adds them every 5 s (and at shutdown) to the table pglimit_denials, which keeps each minute PGLIMIT_TOP_RETENTION (default 7d). This route sums them over every instance from since ago, the most denied first; the answering instance writes its own latest counts first, another's are at most 5 s behind. Keys are shown by the first 16 hex digits of the bucket key, as GET /admin/blocks and POST /admin/explain show them; an identifier (shown) only where its policy declares it with show = true, never otherwise. Read from Postgres: 503 store-unavailable while it is away (the counts wait in memory, at most PGLIMIT_MEMORY_CAPACITY keys and minutes). With PGLIMIT_TOP=off nothing is counted and the route answers 404 top-off. A mistake in the query is a 400: unknown-policy (field policy) for a policy not in force, or invalid-field naming bucket (a bucket the given policy lacks), since (not a duration, or longer than the retention), limit, an unknown parameter by its name, or query.
+         */
+        get: operations["listTopDenied"];
         put?: never;
         post?: never;
         delete?: never;
@@ -831,6 +851,8 @@ export interface components {
             block: components["schemas"]["ExplainedBlock"] | null;
             /** @description Checks this instance holds waiting (max_wait) on this key */
             waiters: number;
+            /** @description How often this key was denied in the top list (GET /admin/top) over its retention, summed over every instance, this instance's latest counts written first; null when the top list is off (PGLIMIT_TOP=off) or could not be read (Postgres away) */
+            denials: components["schemas"]["KeyDenials"] | null;
             /** @description Why this bucket allows or denies, in a sentence */
             why: string;
         };
@@ -844,6 +866,21 @@ export interface components {
             /** Format: date-time */
             until: string;
             /** Format: date-time */
+            since: string;
+        };
+        /** @description A key's denials in the top list, as GET /admin/top counts them */
+        KeyDenials: {
+            /** @description Denials of this key since since (0: none counted) */
+            count: number;
+            /**
+             * Format: date-time
+             * @description When the last minute with a denial began; null when there was none
+             */
+            last: string | null;
+            /**
+             * Format: date-time
+             * @description Counted from then: checked_at less the top list's retention (PGLIMIT_TOP_RETENTION, default 7d)
+             */
             since: string;
         };
         /** @description A bucket's stored state, by its algorithm */
@@ -949,6 +986,54 @@ export interface components {
             checks: number;
             /** @description Of those, the ones denied; a shadow policy's would-be denials are not counted */
             denied: number;
+        };
+        /** @description The most-denied keys between since and until, most denied first */
+        TopList: {
+            /**
+             * Format: date-time
+             * @description The start of the first minute counted: until less the query's since, rounded down to the minute
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description The database's clock when the list was read
+             */
+            until: string;
+            /** @description At most limit keys, the most denied first (ties in key order); empty when none was denied */
+            keys: components["schemas"]["TopKey"][];
+        };
+        /** @description One bucket key's denials, summed over every instance */
+        TopKey: {
+            /** @description The policy that denied, or _adhoc for an ad hoc key */
+            policy: string;
+            /** @description The bucket that denied (default for an ad hoc key) */
+            bucket: string;
+            /** @description The first 16 hex digits of the bucket's key (as GET /admin/blocks and POST /admin/explain show it) */
+            key: string;
+            /**
+             * @description The bucket's identifiers that its policy declares with show = true, by name, normalised as they are counted (an IPv6 address as its /64); null when it declares none of them: then only the key's hash is stored
+             * @example {
+             *       "ip": "203.0.113.7"
+             *     }
+             * @example {
+             *       "ip": "2001:db8::/64"
+             *     }
+             */
+            shown: {
+                [key: string]: string;
+            } | null;
+            /** @description Denials its callers saw between since and until */
+            denials: number;
+            /**
+             * Format: date-time
+             * @description When the first minute with a denial began
+             */
+            first: string;
+            /**
+             * Format: date-time
+             * @description When the last minute with a denial began
+             */
+            last: string;
         };
     };
     responses: {
@@ -1472,6 +1557,42 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
+            421: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
+    listTopDenied: {
+        parameters: {
+            query?: {
+                /** @description Only this policy's keys: a policy in force, or _adhoc for ad hoc keys */
+                policy?: string;
+                /** @description Only this bucket's keys (default for ad hoc keys); refused if policy is given and lacks it, matched in every policy otherwise */
+                bucket?: string;
+                /** @description How far back to count, as a duration (15m, 1h, 7d; 100ms to 366d), rounded back to the start of its minute; at most PGLIMIT_TOP_RETENTION. Default 1h, or the retention if it is shorter */
+                since?: string;
+                /** @description Most keys listed */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The most-denied keys */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TopList"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
             421: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
