@@ -90,6 +90,15 @@ function toExplainedBucket(b: WireExplainedBucket): ExplainedBucket {
         ? null
         : { kind: b.block.kind, reason: b.block.reason, until: new Date(b.block.until), since: new Date(b.block.since) },
     waiters: b.waiters,
+    // Absent from a pglimit older than the top list: as if it were off.
+    denials:
+      b.denials == null
+        ? null
+        : {
+            count: b.denials.count,
+            last: b.denials.last === null ? null : new Date(b.denials.last),
+            since: new Date(b.denials.since),
+          },
     why: b.why,
   };
 }

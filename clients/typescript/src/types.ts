@@ -143,6 +143,16 @@ export interface ExplainedBlock {
   since: Date;
 }
 
+/** A key's denials in the top list (`GET /admin/top`), summed over every pglimit instance. */
+export interface KeyDenials {
+  /** Denials of the key since `since` (0: none). */
+  count: number;
+  /** When the last minute with a denial began; `null` when there was none. */
+  last: Date | null;
+  /** Counted from then: the explanation's `checkedAt` less the top list's retention (`PGLIMIT_TOP_RETENTION`, 7 days by default). */
+  since: Date;
+}
+
 /** One bucket of an explained check, with its state and why it allows or denies. */
 export interface ExplainedBucket {
   name: WireExplainedBucket["name"];
@@ -165,6 +175,8 @@ export interface ExplainedBucket {
   block: ExplainedBlock | null;
   /** Checks this pglimit instance holds waiting (`maxWait`) on this key. */
   waiters: number;
+  /** How often the key was denied over the top list's retention; `null` when pglimit's top list is off or could not be read. */
+  denials: KeyDenials | null;
   /** Why this bucket allows or denies, in a sentence. */
   why: string;
 }

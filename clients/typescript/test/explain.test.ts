@@ -95,6 +95,25 @@ test("a login that used up email_ip is explained as denied by that bucket", asyn
   assert.ok(remembered.rememberedDenialUntil.getTime() > Date.now());
 });
 
+test("a key denied three times is explained with three denials in the top list, the others with none", async () => {
+  const request = login();
+  for (let i = 0; i < 5; i++) assert.equal((await client.check(request)).allowed, true);
+  for (let i = 0; i < 3; i++) assert.equal((await client.check(request)).allowed, false);
+  // The instance that answers writes its own counts before it reads them.
+  const told = await client.explain(request);
+  const denials = bucket(told.buckets, "email_ip").denials;
+  assert.ok(denials !== null, "the top list is on");
+  assert.equal(denials.count, 3);
+  assert.ok(denials.last instanceof Date, "last is a Date");
+  assert.ok(denials.last.getTime() <= Date.now() && denials.last.getTime() > Date.now() - 5 * 60_000, `last ${denials.last.toISOString()}`);
+  assert.ok(denials.since instanceof Date, "since is a Date");
+  assert.equal(told.checkedAt.getTime() - denials.since.getTime(), 7 * 24 * 3600_000, "counted over the retention, 7 days");
+  for (const name of ["ip", "email"]) {
+    const other = bucket(told.buckets, name).denials;
+    assert.ok(other !== null && other.count === 0 && other.last === null, `${name}: ${JSON.stringify(other)}`);
+  }
+});
+
 test("an email an operator blocked is explained as blocked, with the block's reason and end", async () => {
   const request = login();
   await block({ policy: "login", identifiers: { email: request.identifiers.email }, for: "15m", reason: "ticket 42" });
