@@ -19,6 +19,7 @@ from pglimit import (
     ExplainedBucket,
     Explanation,
     FixedWindowState,
+    KeyDenials,
     PglimitProblem,
     PglimitUnavailable,
     SlidingLogState,
@@ -93,6 +94,28 @@ async def test_a_login_that_used_up_email_ip_is_explained_as_denied_by_that_buck
     assert remembered.reason == "denied"
     assert remembered.remembered_denial_until is not None
     assert remembered.remembered_denial_until > datetime.now(timezone.utc)
+
+
+async def test_a_key_denied_three_times_is_explained_with_three_denials_the_others_with_none(
+    open_client: OpenClient, admin_pglimit_url: str
+) -> None:
+    ids = fresh_login()
+    async with open_client(admin_pglimit_url, token=TOKEN, admin_token=ADMIN_TOKEN) as c:
+        for _ in range(5):
+            assert (await c.check(policy="login", identifiers=ids)).allowed
+        for _ in range(3):
+            assert not (await c.check(policy="login", identifiers=ids)).allowed
+        # The instance that answers writes its own counts before it reads them.
+        told = await c.explain(policy="login", identifiers=ids)
+    denials = _bucket(told, "email_ip").denials
+    assert isinstance(denials, KeyDenials), "the top list is on"
+    assert denials.count == 3
+    now = datetime.now(timezone.utc)
+    assert denials.last is not None and now - timedelta(minutes=5) < denials.last <= now, denials.last
+    assert told.checked_at - denials.since == timedelta(days=7), "counted over the retention, 7 days"
+    for name in ("ip", "email"):
+        other = _bucket(told, name).denials
+        assert other is not None and (other.count, other.last) == (0, None), (name, other)
 
 
 async def test_an_email_an_operator_blocked_is_explained_as_blocked_with_its_reason_and_end(

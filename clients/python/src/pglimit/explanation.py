@@ -32,6 +32,7 @@ __all__ = [
     "ExplainedBucket",
     "Explanation",
     "FixedWindowState",
+    "KeyDenials",
     "SlidingLogState",
     "SlidingWindowState",
     "TokenBucketState",
@@ -97,6 +98,21 @@ class Block:
 
 
 @dataclass(frozen=True)
+class KeyDenials:
+    """A key's denials in the top list (``GET /admin/top``), summed over every pglimit instance.
+
+    ``count`` denials since ``since`` (the explanation's ``checked_at`` less
+    the list's retention, ``PGLIMIT_TOP_RETENTION``, 7 days by default);
+    ``last`` when the last minute with a denial began, ``None`` when there
+    was none.
+    """
+
+    count: int
+    last: Optional[datetime]
+    since: datetime
+
+
+@dataclass(frozen=True)
 class ExplainedBucket:
     """One bucket of an explained check: its state, and why it allows or denies.
 
@@ -106,7 +122,9 @@ class ExplainedBucket:
     lease; ``state`` ``None`` when nothing stored counts (a full bucket);
     ``retry_after`` whole seconds until a check of this cost passes this
     bucket, 0 when it has room; ``waiters`` the checks this pglimit instance
-    holds waiting (``max_wait``) on the key.
+    holds waiting (``max_wait``) on the key; ``denials`` how often the key
+    was denied over the top list's retention, ``None`` when pglimit's top
+    list is off or could not be read.
     """
 
     name: str
@@ -122,6 +140,7 @@ class ExplainedBucket:
     block: Optional[Block]
     waiters: int
     why: str
+    denials: Optional[KeyDenials] = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +221,18 @@ def _block(obj: Any) -> Block:
     return Block(kind=kind, reason=reason, until=_time(b, "until"), since=_time(b, "since"))  # type: ignore[arg-type]
 
 
+def _denials(obj: Any) -> KeyDenials:
+    d = _object(obj, "denials")
+    last = d["last"]
+    if last is not None and not isinstance(last, str):
+        raise ValueError("denials last is not a timestamp")
+    return KeyDenials(
+        count=_int(d, "count"),
+        last=None if last is None else parse_timestamp(last),
+        since=_time(d, "since"),
+    )
+
+
 def _explained_bucket(obj: Any) -> ExplainedBucket:
     b = _object(obj, "a bucket")
     algorithm = _str(b, "algorithm")
@@ -227,6 +258,8 @@ def _explained_bucket(obj: Any) -> ExplainedBucket:
         block=None if b["block"] is None else _block(b["block"]),
         waiters=_int(b, "waiters"),
         why=_str(b, "why"),
+        # Absent from a pglimit older than the top list: as if it were off.
+        denials=None if b.get("denials") is None else _denials(b["denials"]),
     )
 
 
