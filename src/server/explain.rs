@@ -16,7 +16,7 @@ use super::AppState;
 use crate::error::Error;
 use crate::limiter::Explanation;
 use crate::storage::Key;
-use chrono::TimeDelta;
+use chrono::{DurationRound, TimeDelta};
 
 pub async fn explain(
     State(state): State<AppState>,
@@ -46,8 +46,10 @@ async fn with_denials(state: &AppState, explanation: Explanation) -> Explanation
     let retention = state.top.retention();
     match state.top.denials_of(&keys, retention).await {
         Ok(found) => {
-            let since =
+            // The list counts whole minutes: from the start of the oldest one kept.
+            let back =
                 TimeDelta::from_std(retention).map_or(explanation.checked_at, |r| explanation.checked_at - r);
+            let since = back.duration_trunc(TimeDelta::minutes(1)).unwrap_or(back);
             explanation.with_denials(&found, since)
         }
         Err(error) => {

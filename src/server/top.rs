@@ -31,20 +31,33 @@ const ADHOC: &str = crate::telemetry::ADHOC;
 pub async fn top(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, Error> {
     super::admin::verify(&state, &headers)?;
     if !state.top.is_on() {
         return Err(Error::TopOff);
     }
-    let Query(given) = query.map_err(|e| Error::field("query", e.body_text()))?;
-    let query = top_query(&state, &given)?;
+    let Query(pairs) = query.map_err(|e| Error::field("query", e.body_text()))?;
+    let query = top_query(&state, &once_each(pairs)?)?;
     let list = state.top.list(&query).await.map_err(|e| {
         tracing::debug!(error = %e, "top list: Postgres did not answer");
         Error::StoreUnavailable
     })?;
     let keys: Vec<Value> = list.keys.iter().map(listed).collect();
     Ok(Json(json!({ "since": at(&list.since), "until": at(&list.until), "keys": keys })))
+}
+
+/// The parameters by name, each given at most once: a repeat is refused
+/// rather than one of its values silently chosen.
+fn once_each(pairs: Vec<(String, String)>) -> Result<BTreeMap<String, String>, Error> {
+    let mut given = BTreeMap::new();
+    for (name, value) in pairs {
+        if given.contains_key(&name) {
+            return Err(Error::field("query", format!("parameter {name:?} is given twice")));
+        }
+        given.insert(name, value);
+    }
+    Ok(given)
 }
 
 /// The query `given` asks for, each parameter checked.
@@ -55,6 +68,10 @@ fn top_query(state: &AppState, given: &BTreeMap<String, String>) -> Result<TopQu
     }
     let policy = given.get("policy").cloned();
     let bucket = given.get("bucket").cloned();
+    // Postgres' text holds no NUL, so no stored name has one: said, not sent.
+    if bucket.as_deref().is_some_and(|b| b.contains('\0')) {
+        return Err(Error::field("bucket", "bucket cannot contain a NUL character"));
+    }
     if let Some(name) = &policy {
         known_bucket(state, name, bucket.as_deref())?;
     }
@@ -65,8 +82,9 @@ fn top_query(state: &AppState, given: &BTreeMap<String, String>) -> Result<TopQu
     };
     if since > retention {
         let kept = format_window(retention);
-        let detail =
-            format!("since is longer than the top list keeps minutes (PGLIMIT_TOP_RETENTION, {kept})");
+        let detail = format!(
+            "since reaches further back than the top list keeps denials: {kept} (PGLIMIT_TOP_RETENTION)"
+        );
         return Err(Error::field("since", detail));
     }
     let limit = match given.get("limit") {

@@ -140,6 +140,8 @@ async fn bad_parameters_are_problems_naming_their_field() {
         ("?policy=signin&bucket=nope", "bucket"),
         ("?policy=_adhoc&bucket=ip", "bucket"),
         ("?top=10", "top"),
+        ("?bucket=a%00b", "bucket"),
+        ("?limit=1&limit=2", "query"),
     ] {
         let reply = top(&a, query).await;
         assert_eq!(
