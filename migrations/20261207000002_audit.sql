@@ -21,3 +21,13 @@ CREATE TABLE pglimit_audit (
 CREATE INDEX pglimit_audit_action ON pglimit_audit (action, id);
 CREATE INDEX pglimit_audit_target ON pglimit_audit (target, id);
 CREATE INDEX pglimit_audit_at ON pglimit_audit (at);
+
+-- Rows are never changed, and the database says so too: the service's role
+-- may UPDATE its other tables, so a grant cannot forbid it here.
+CREATE FUNCTION pglimit_audit_unchanged() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pglimit_audit rows are never updated (row %)', OLD.id;
+END
+$$;
+CREATE TRIGGER pglimit_audit_unchanged BEFORE UPDATE ON pglimit_audit
+    FOR EACH ROW EXECUTE FUNCTION pglimit_audit_unchanged();

@@ -209,3 +209,19 @@ async fn an_act_that_fails_writes_no_row() {
     pool.close().await;
     assert_eq!(acts(&app).await, Vec::<Value>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_refuses_to_update_a_row_and_the_cleanup_may_still_delete_one() {
+    let url = fresh_database().await;
+    let _app = audited_instance(&url).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let update = sqlx::query("UPDATE pglimit_audit SET actor = 'mallory'").execute(&pool).await;
+    let refused = update.expect_err("an UPDATE is refused").to_string();
+    assert!(refused.contains("never updated"), "{refused}");
+    let (actors,): (Vec<String>,) =
+        sqlx::query_as("SELECT array_agg(actor) FROM pglimit_audit").fetch_one(&pool).await.expect("read");
+    assert_eq!(actors, ["system"], "the start-up row, unchanged");
+    let deleted = sqlx::query("DELETE FROM pglimit_audit").execute(&pool).await.expect("delete");
+    assert_eq!(deleted.rows_affected(), 1);
+    pool.close().await;
+}
