@@ -879,7 +879,7 @@ export interface components {
             last: string | null;
             /**
              * Format: date-time
-             * @description Counted from then: checked_at less the top list's retention (PGLIMIT_TOP_RETENTION, default 7d)
+             * @description Counted from then: the start of the minute checked_at less the top list's retention (PGLIMIT_TOP_RETENTION, default 7d)
              */
             since: string;
         };
