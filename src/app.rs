@@ -89,6 +89,7 @@ impl Service {
         let store = DenyCache::new(store, config.memory_capacity);
         let shared = Arc::new(Shared::new(store, policies, secret, config.shadow).counting_denials(tally));
         crate::reload::audit::started(shared.store(), config, shared.policies().hash()).await;
+        shared.publish().await;
         let services = services(Arc::clone(&shared), config, metrics, Arc::clone(&top)).await;
         let mut background = Background::default();
         background.0.push(telemetry::sample_every_minute(Arc::clone(shared.minutes())));

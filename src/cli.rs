@@ -46,11 +46,29 @@ pub enum Command {
     },
     /// Apply the migrations to DATABASE_URL and exit (for deploy pipelines).
     Migrate(MigrateArgs),
+    /// Policies in the database, for pglimit's SQL functions (docs/sql.md).
+    Policies {
+        #[command(subcommand)]
+        command: PoliciesCommand,
+    },
     /// Exit 0 if the service on PGLIMIT_BIND answers GET /healthz with 200,
     /// else 1 (a container's HEALTHCHECK: the image has no curl).
     Healthcheck {
         #[arg(long, env = BIND.var, help = probe_help())]
         bind: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoliciesCommand {
+    /// Write FILE's policies and PGLIMIT_KEY_SECRET to DATABASE_URL (migrating
+    /// it first), so that pglimit.check decides by them with no service
+    /// running; `serve` writes its own at start-up and on every reload.
+    Push {
+        /// The policy file (TOML).
+        file: PathBuf,
+        #[command(flatten)]
+        serve: ServeArgs,
     },
 }
 
@@ -67,6 +85,8 @@ pub enum Run {
     /// With DATABASE_URL or DATABASE_URL_FILE set (see [`Vars::migration`]).
     Migrate(Vars),
     CheckPolicies(PathBuf),
+    /// `policies push FILE`, with DATABASE_URL and PGLIMIT_KEY_SECRET read by [`Vars::config`].
+    PushPolicies(PathBuf, Vars),
     /// The address to probe, as given (parsed by the caller); `None`: unset.
     Healthcheck(Option<String>),
 }
@@ -83,6 +103,9 @@ pub fn parse_from(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -
         None => Run::Serve(cli.serve.0),
         Some(Command::Serve(ServeArgs(vars))) => Run::Serve(vars),
         Some(Command::CheckPolicies { file }) => Run::CheckPolicies(file),
+        Some(Command::Policies { command: PoliciesCommand::Push { file, serve: ServeArgs(vars) } }) => {
+            Run::PushPolicies(file, vars)
+        }
         Some(Command::Healthcheck { bind }) => Run::Healthcheck(bind.filter(|b| !b.is_empty())),
         Some(Command::Migrate(MigrateArgs(vars))) => {
             if vars.get(DATABASE_URL.var).or_else(|| vars.get(DATABASE_URL_FILE.var)).is_none() {

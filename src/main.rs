@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use pglimit::cli::{self, Run, Vars};
 use pglimit::config::variables::BIND;
-use pglimit::config::{Config, ConfigError, LogFormat};
+use pglimit::config::{Config, ConfigError, Database, LogFormat};
 use pglimit::pg_cluster::StopMode;
 use pglimit::Service;
 use tracing_subscriber::EnvFilter;
@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Run::Serve(vars) => serve(&vars),
         Run::Migrate(vars) => block_on(None, migrate(&vars)),
         Run::CheckPolicies(file) => cli::check_policies(&file),
+        Run::PushPolicies(file, vars) => block_on(None, push_policies(&file, &vars)),
         Run::Healthcheck(bind) => block_on(None, healthcheck(bind)),
     }
 }
@@ -85,6 +86,42 @@ async fn migrate(vars: &Vars) -> ExitCode {
         }
         Err(e) => {
             eprintln!("pglimit: cannot apply migrations: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `pglimit policies push FILE`: the policies and the key secret written
+/// for the SQL functions, after the migrations.
+async fn push_policies(file: &std::path::Path, vars: &Vars) -> ExitCode {
+    let config = match vars.config() {
+        Ok(config) => config,
+        Err(e) => return configuration_error(&e),
+    };
+    init_tracing(config.log_format);
+    let Database::Shared { url, secret } = &config.database else {
+        eprintln!(
+            "pglimit: configuration error: DATABASE_URL: policies push needs it, and PGLIMIT_KEY_SECRET"
+        );
+        return ExitCode::FAILURE;
+    };
+    let policies = match pglimit::policy::Policies::load(file) {
+        Ok(policies) => policies,
+        Err(e) => {
+            eprintln!("pglimit: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let compiled = pglimit::limiter::compile(&policies, secret, config.shadow);
+    let (reach, unlogged, citus) = (config.db_reach.clone(), config.unlogged, config.citus);
+    match pglimit::storage::push_policies(url, reach, unlogged, citus, &compiled).await {
+        Ok(()) => {
+            let names: Vec<&str> = compiled.policies.iter().map(|(name, _)| name.as_str()).collect();
+            println!("pglimit: policies {} pushed ({})", compiled.source, names.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pglimit: cannot push the policies: {e}");
             ExitCode::FAILURE
         }
     }

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::limiter::Shared;
 use crate::policy::{Policies, PolicyError};
-use crate::storage::{AuditStore, Store};
+use crate::storage::{AuditStore, PolicyStore, Store};
 use crate::telemetry;
 
 /// After the file is made whole, it must stay quiet this long before it is
@@ -80,7 +80,7 @@ pub fn catch_hangup() -> std::io::Result<Signal> {
 /// whole on disk, until the task is aborted. Without a file (built-in
 /// policies) SIGHUP is only logged. If the file cannot be watched (inotify
 /// instances exhausted, say), SIGHUP still reloads it.
-pub fn spawn<S: Store + AuditStore>(
+pub fn spawn<S: Store + AuditStore + PolicyStore>(
     path: Option<PathBuf>,
     watch: bool,
     limiter: Arc<Shared<S>>,
@@ -116,7 +116,11 @@ pub fn spawn<S: Store + AuditStore>(
 
 /// Reads `path` as `trigger` asks, puts what it holds in force if it is
 /// new and valid, and logs what happened.
-async fn reload<S: Store + AuditStore>(trigger: Trigger, path: Option<&Path>, limiter: &Shared<S>) {
+async fn reload<S: Store + AuditStore + PolicyStore>(
+    trigger: Trigger,
+    path: Option<&Path>,
+    limiter: &Shared<S>,
+) {
     let Some(path) = path else {
         tracing::info!("SIGHUP: no policy file (PGLIMIT_POLICIES) to reload; the built-in policies stay");
         return;
@@ -130,6 +134,7 @@ async fn reload<S: Store + AuditStore>(trigger: Trigger, path: Option<&Path>, li
             let outcome = apply(loaded, limiter);
             if let Ok(Reloaded::Changed { before, after }) = &outcome {
                 audit::reloaded(limiter.store(), trigger.name(), path, before, after).await;
+                limiter.publish().await;
             }
             log_outcome(trigger.name(), path, outcome);
         }

@@ -12,7 +12,7 @@ pub const MIN_SECRET_LEN: usize = 32;
 /// The server secret that keys the hash, kept as a ready-keyed HMAC so each
 /// check only clones it. Its `Debug` never shows it.
 #[derive(Clone)]
-pub struct KeySecret(Hmac<Sha256>);
+pub struct KeySecret(Hmac<Sha256>, Box<([u8; 64], [u8; 64])>);
 
 impl KeySecret {
     /// `None` if `bytes` is shorter than [`MIN_SECRET_LEN`].
@@ -21,7 +21,14 @@ impl KeySecret {
         if bytes.len() < MIN_SECRET_LEN {
             return None;
         }
-        Hmac::<Sha256>::new_from_slice(bytes).ok().map(Self)
+        let mac = Hmac::<Sha256>::new_from_slice(bytes).ok()?;
+        Some(Self(mac, Box::new(pads(bytes))))
+    }
+
+    /// HMAC-SHA256's inner and outer pads for this secret: what the SQL
+    /// functions key with (`sql/identifiers.sql`).
+    pub fn pads(&self) -> ([u8; 64], [u8; 64]) {
+        *self.1
     }
 }
 
@@ -29,6 +36,19 @@ impl std::fmt::Debug for KeySecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("KeySecret(..)")
     }
+}
+
+/// The key zero-padded to SHA-256's block (hashed first when longer), XOR
+/// 0x36 and 0x5c (RFC 2104).
+fn pads(secret: &[u8]) -> ([u8; 64], [u8; 64]) {
+    use sha2::Digest;
+    let mut block = [0u8; 64];
+    if secret.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(secret));
+    } else {
+        block[..secret.len()].copy_from_slice(secret);
+    }
+    (block.map(|b| b ^ 0x36), block.map(|b| b ^ 0x5c))
 }
 
 /// What a bucket key identifies.

@@ -12,12 +12,16 @@
 //! - [`Overrides`] (`overrides/`): overrides set through the API.
 //! - [`Top`] (`denials/`): the denials callers saw, counted for the top list.
 //!
+//! The policies in force are also written to the database, compiled
+//! (`compiled.rs`), for pglimit's SQL functions ([`Shared::publish`]).
+//!
 //! Each holds an `Arc` of [`Shared`]: the store, the policies in force, the
 //! API overrides in force and the key secret, so that a reload or a new
 //! override reaches every service at once.
 
 mod actions;
 mod checks;
+mod compiled;
 mod denials;
 mod explain;
 mod key;
@@ -32,6 +36,7 @@ pub use actions::{Actions, BlockRequest};
 pub use checks::{
     seconds_until, Applied, BucketDecision, Checks, Decision, Granted, Matched, MatchedBy, Plan,
 };
+pub use compiled::compile;
 pub use denials::{Denial, Tally, Top, FLUSH_EVERY};
 pub use explain::{Explain, Explanation, Reason, KEY_PREFIX_HEX};
 pub use key::{bucket_key, KeyScope, KeySecret, MIN_SECRET_LEN};

@@ -108,6 +108,22 @@ impl<S: Store> Shared<S> {
     }
 }
 
+impl<S: Store + crate::storage::PolicyStore> Shared<S> {
+    /// Writes the policies in force, compiled, for the SQL functions
+    /// (docs/sql.md); a failure is logged, and the SQL functions keep the
+    /// policies written last.
+    pub async fn publish(&self) {
+        let compiled = super::compiled::compile(&self.policies(), &self.secret, self.shadow_all);
+        match self.store.publish(&compiled).await {
+            Ok(()) => tracing::debug!(policies = compiled.source, "policies written for the SQL functions"),
+            Err(error) => tracing::warn!(
+                %error,
+                "the policies could not be written for the SQL functions (pglimit.check); they keep the last written"
+            ),
+        }
+    }
+}
+
 /// Warns of each calendar zone in `policies` the store cannot decide: their
 /// checks are refused until the server knows it.
 fn warn_unknown_zones(policies: &Policies, knows: impl Fn(&str) -> bool) {

@@ -35,6 +35,16 @@ pub enum IdentifierKind {
 }
 
 impl IdentifierKind {
+    /// As a policy file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Email => "email",
+            Self::Ip => "ip",
+            Self::Text => "text",
+            Self::TextFolded => "text_folded",
+        }
+    }
+
     /// The canonical form of `raw`, or a sentence saying what is wrong with it.
     pub fn normalise(self, raw: &str) -> Result<String, String> {
         if raw.len() > MAX_VALUE_LEN {

@@ -18,6 +18,7 @@ mod fallback;
 mod inspect;
 mod memory;
 mod overrides;
+mod policies;
 mod postgres;
 mod stale;
 mod traits;
@@ -36,9 +37,10 @@ pub use fallback::{longest_wait, FallbackStore};
 pub use inspect::{InspectStore, Inspection, Stored};
 pub use memory::MemoryStore;
 pub use overrides::{AddedOverride, LoadedOverrides, OverrideStore, StoredOverride, OVERRIDES_POLL_EVERY};
+pub use policies::{CompiledPolicies, PolicyStore};
 pub use postgres::{
-    functions_schema, kept_connections, migrate, single_node_statement, Citus, CitusChecks, PgStore,
-    PgStoreOptions, Pooler, Reach, ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
+    functions_schema, kept_connections, migrate, push_policies, single_node_statement, Citus, CitusChecks,
+    PgStore, PgStoreOptions, Pooler, Reach, ALIVE_FOR, BEAT_EVERY, CONCURRENCY_ON_CITUS,
 };
 pub use stale::{Stale, MAX_STALE_KEYS};
 pub use traits::{

@@ -37,6 +37,7 @@ use super::{
 };
 use super::{AddedOverride, LoadedOverrides, OverrideStore, Renewal, StoredOverride};
 use super::{AuditEntry, AuditQuery, AuditRow, AuditStore};
+use super::{CompiledPolicies, PolicyStore};
 use entries::{Entries, Remembered};
 
 pub struct DenyCache<S> {
@@ -182,6 +183,13 @@ impl<S: Store + ActionStore> ActionStore for DenyCache<S> {
 
     async fn blocks(&self, limit: u32) -> Result<Vec<Block>, StoreError> {
         self.inner.blocks(limit).await
+    }
+}
+
+/// Compiled policies change no limit this instance decides: nothing to forget.
+impl<S: PolicyStore + Sync> PolicyStore for DenyCache<S> {
+    async fn publish(&self, compiled: &CompiledPolicies) -> Result<(), StoreError> {
+        self.inner.publish(compiled).await
     }
 }
 

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 
 use super::FallbackStore;
 use crate::storage::{
-    ActionStore, AddedOverride, AuditEntry, AuditQuery, AuditRow, AuditStore, Block, BlockTarget, Freed, Key,
-    LeaseStore, LoadedOverrides, OverrideStore, Primary, Renewal, Store, StoreError, StoredOverride,
+    ActionStore, AddedOverride, AuditEntry, AuditQuery, AuditRow, AuditStore, Block, BlockTarget,
+    CompiledPolicies, Freed, Key, LeaseStore, LoadedOverrides, OverrideStore, PolicyStore, Primary, Renewal,
+    Store, StoreError, StoredOverride,
 };
 
 /// Leases are in Postgres: while this instance is degraded, a release is
@@ -127,5 +128,14 @@ impl<P: Primary + AuditStore> AuditStore for FallbackStore<P> {
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
         self.refuse_if_degraded()?;
         self.inner.primary.audit(query).await
+    }
+}
+
+/// The compiled policies are in Postgres only: while degraded they are not
+/// written, and the SQL functions, which need Postgres too, keep the last.
+impl<P: Primary + PolicyStore> PolicyStore for FallbackStore<P> {
+    async fn publish(&self, compiled: &CompiledPolicies) -> Result<(), StoreError> {
+        self.refuse_if_degraded()?;
+        self.inner.primary.publish(compiled).await
     }
 }

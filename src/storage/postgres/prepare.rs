@@ -32,7 +32,8 @@ impl Session {
             create_schema(&mut tx, schema).await?;
         }
         let path = schema::search_path(&mut tx).await?;
-        schema::bring_up_to_date(&mut tx, &path).await?;
+        let interface = self.schema.as_deref().unwrap_or(schema::INTERFACE_SCHEMA);
+        schema::bring_up_to_date(&mut tx, &path, interface).await?;
         set_persistence(&mut tx, unlogged).await?;
         // The migrator prepares named statements: none may outlive the
         // transaction on a server connection a pooler hands to others.

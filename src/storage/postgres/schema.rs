@@ -27,19 +27,31 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 
 /// The functions that decide, in the order they are created (each calls
 /// only those before it).
-const FUNCTIONS: [&str; 4] = [
+const FUNCTIONS: [&str; 9] = [
     include_str!("sql/algorithms.sql"),
+    include_str!("sql/identifiers.sql"),
     include_str!("sql/leases.sql"),
     include_str!("sql/batch.sql"),
     include_str!("sql/distinct.sql"),
+    include_str!("sql/answers.sql"),
+    include_str!("sql/policies.sql"),
+    include_str!("sql/adhoc.sql"),
+    include_str!("sql/reset.sql"),
 ];
+
+/// The SQL interface (docs/sql.md), created in its own schema (`{{schema}}`)
+/// after the functions it calls.
+const INTERFACE: &str = include_str!("sql/interface.sql");
+
+/// Where the SQL interface lives without `PGLIMIT_DB_SCHEMA`.
+pub const INTERFACE_SCHEMA: &str = "pglimit";
 
 /// The schema of this build's functions: `pglimit_` and the start of a hash
 /// of their text, Citus mode's included (installed by `citus::setup`).
 pub fn functions_schema() -> &'static str {
     static SCHEMA: LazyLock<String> = LazyLock::new(|| {
         let mut hash = Sha256::new();
-        for text in FUNCTIONS.iter().chain([&super::citus::FUNCTIONS]) {
+        for text in FUNCTIONS.iter().chain([&INTERFACE, &super::citus::FUNCTIONS]) {
             hash.update(text.as_bytes());
         }
         format!("pglimit_{}", hex::encode(&hash.finalize()[..6]))
@@ -57,7 +69,11 @@ const MIGRATING: i64 = 0x0070_676c_696d_6974; // "pglimit"
 /// The lock is the transaction's, not the session's (which sqlx's migrator
 /// would take): a transaction pooler may run the unlock on another server
 /// connection and leave the lock held.
-pub(super) async fn bring_up_to_date(tx: &mut PgConnection, search_path: &str) -> Result<(), sqlx::Error> {
+pub(super) async fn bring_up_to_date(
+    tx: &mut PgConnection,
+    search_path: &str,
+    interface: &str,
+) -> Result<(), sqlx::Error> {
     if is_current(tx).await? {
         return Ok(());
     }
@@ -70,6 +86,9 @@ pub(super) async fn bring_up_to_date(tx: &mut PgConnection, search_path: &str) -
     }
     if !installed(tx).await? {
         install(tx, search_path).await.map_err(refused)?;
+        install_interface(tx, interface).await.map_err(refused)?;
+        let restore = sqlx::query("SELECT set_config('search_path', $1, true)").bind(search_path);
+        restore.persistent(false).execute(&mut *tx).await?;
     }
     Ok(())
 }
@@ -103,6 +122,21 @@ async fn install(tx: &mut PgConnection, search_path: &str) -> Result<(), sqlx::E
     for text in FUNCTIONS {
         sqlx::raw_sql(text).execute(&mut *tx).await?;
     }
+    Ok(())
+}
+
+/// Creates or replaces the SQL interface in schema `interface`, its
+/// functions' search path fixed to this build's functions, the tables'
+/// schema and then `pg_temp`, so that no caller's object is found first.
+async fn install_interface(tx: &mut PgConnection, interface: &str) -> Result<(), sqlx::Error> {
+    let schema = super::pooler::quote_ident(interface);
+    tracing::info!(schema = interface, "installing the SQL interface");
+    let fixed = "SELECT set_config('search_path', concat_ws(', ', quote_ident($1), \
+        (SELECT quote_ident(n.nspname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = to_regclass('pglimit_buckets')), 'pg_temp'), true)";
+    tx.execute(&*format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await?;
+    sqlx::query(fixed).bind(functions_schema()).persistent(false).execute(&mut *tx).await?;
+    sqlx::raw_sql(&INTERFACE.replace("{{schema}}", &schema)).execute(&mut *tx).await?;
     Ok(())
 }
 
