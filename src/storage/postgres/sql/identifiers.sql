@@ -6,6 +6,6 @@ CREATE FUNCTION pglimit_adhoc_key(inner_pad bytea, outer_pad bytea, key text, al
 RETURN pglimit_hmac(inner_pad, outer_pad, pglimit_key_part('adhoc'::bytea) || pglimit_key_part(convert_to(key,'UTF8')) || pglimit_key_part(convert_to(algorithm,'UTF8')));
 CREATE FUNCTION pglimit_override_value_key(inner_pad bytea, outer_pad bytea, policy text, identifier text, value text) RETURNS bytea LANGUAGE sql IMMUTABLE
 RETURN pglimit_hmac(inner_pad, outer_pad, pglimit_key_part('override'::bytea) || pglimit_key_part(convert_to(policy,'UTF8')) || pglimit_key_part(convert_to(identifier,'UTF8')) || pglimit_key_part(convert_to(value,'UTF8')));
-CREATE FUNCTION pglimit_normalise(kind text, name text, raw text) RETURNS text LANGUAGE sql IMMUTABLE RETURN lower(btrim(raw));
+CREATE FUNCTION pglimit_normalise(kind text, name text, raw text) RETURNS text LANGUAGE sql IMMUTABLE RETURN CASE kind WHEN 'text' THEN btrim(raw) WHEN 'ip' THEN CASE WHEN raw LIKE '%:%' AND raw NOT LIKE '::ffff:%' THEN host(set_masklen(raw::inet, 64)::cidr) || '/64' ELSE host(replace(raw, '::ffff:', '')::inet) END WHEN 'email' THEN split_part(split_part(lower(btrim(raw)), '@', 1), '+', 1) || '@' || split_part(lower(btrim(raw)), '@', 2) ELSE lower(btrim(raw)) END;
 CREATE FUNCTION pglimit_ip_in(value text, network text) RETURNS boolean LANGUAGE sql IMMUTABLE RETURN value::inet <<= network::inet;
 CREATE FUNCTION pglimit_email_at(value text, domain text) RETURNS boolean LANGUAGE sql IMMUTABLE RETURN split_part(value, '@', 2) = domain;
