@@ -31,6 +31,8 @@ mod privileges;
 mod properties;
 mod replay;
 mod slow_checks;
+mod sql_interface;
+mod sql_mixed;
 mod sql_replay;
 mod stalls;
 mod top;
