@@ -25,10 +25,12 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
-/// The functions that decide, in the order they are created (each calls
-/// only those before it).
-const FUNCTIONS: [&str; 4] = [
+/// The functions that decide, and those that derive bucket keys in SQL
+/// (`identifiers.sql`), in the order they are created (each calls only
+/// those before it).
+const FUNCTIONS: [&str; 5] = [
     include_str!("sql/algorithms.sql"),
+    include_str!("sql/identifiers.sql"),
     include_str!("sql/leases.sql"),
     include_str!("sql/batch.sql"),
     include_str!("sql/distinct.sql"),
