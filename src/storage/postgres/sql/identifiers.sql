@@ -86,13 +86,16 @@ RETURN (
                   WHERE get_byte(b, 2 * j) <> 0 OR get_byte(b, 2 * j + 1) <> 0) AS l
 );
 
--- Raises Rust's Invalid::BadIdentifier, `identifier {name:?} {reason}`
--- (Debug's escapes of a backslash and a quote, all a name needs).
+-- `name` as Rust's {:?} writes it, for names without control characters
+-- (Debug's escapes of a backslash and a quote).
+CREATE FUNCTION pglimit_quoted(name text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '"' || replace(replace(name, chr(92), chr(92) || chr(92)), '"', chr(92) || '"') || '"';
+
+-- Raises Rust's Invalid::BadIdentifier, `identifier {name:?} {reason}`.
 CREATE FUNCTION pglimit_bad_identifier(name text, reason text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('identifier "%s" %s',
-        replace(replace(name, chr(92), chr(92) || chr(92)), '"', chr(92) || '"'), reason);
+    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('identifier %s %s', pglimit_quoted(name), reason);
 END $$;
 
 -- Raises what SQL cannot normalise as Rust does, and where to check it.
@@ -100,8 +103,8 @@ CREATE FUNCTION pglimit_unsupported(name text, what text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = format(
-        'identifier "%s": pglimit''s SQL functions normalise only %s; check this one through POST /check',
-        name, what);
+        'identifier %s: pglimit''s SQL functions normalise only %s; check this one through POST /check',
+        pglimit_quoted(name), what);
 END $$;
 
 CREATE FUNCTION pglimit_normalise_ip(name text, v text) RETURNS text
@@ -140,7 +143,7 @@ END $$;
 
 -- IdentifierKind::normalise: the value of identifier `name` of `kind`
 -- (email, ip, text, text_folded) as Rust normalises it, or Rust's refusal;
--- 0A000 where SQL cannot tell (see the top of this file).
+-- 0A000 where SQL cannot tell (see the top of this file); NULL for NULL.
 CREATE FUNCTION pglimit_normalise(kind text, name text, raw text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
