@@ -8,7 +8,8 @@
 -- with 0A000 (feature_not_supported) a text_folded or email value that is
 -- not ASCII once trimmed, and an email whose domain has a punycode label
 -- (`xn--`): it never returns a value that Rust would not. Every other
--- refusal is Rust's, with 22023 and Rust's message.
+-- refusal is Rust's, with 22023 and Rust's message. The plpgsql functions
+-- find the others through the search path, as those of batch.sql do.
 
 -- Char::is_whitespace (Unicode's White_Space), what Rust's trim removes:
 -- built by chr() when called, so that a database not in UTF8 can still
@@ -92,15 +93,17 @@ CREATE FUNCTION pglimit_quoted(name text) RETURNS text LANGUAGE sql IMMUTABLE PA
 RETURN '"' || replace(replace(name, chr(92), chr(92) || chr(92)), '"', chr(92) || '"') || '"';
 
 -- Raises Rust's Invalid::BadIdentifier, `identifier {name:?} {reason}`.
+-- This and the other raising functions are volatile so that the planner
+-- never runs them early, folding a CASE branch that is not taken.
 CREATE FUNCTION pglimit_bad_identifier(name text, reason text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('identifier %s %s', pglimit_quoted(name), reason);
 END $$;
 
 -- Raises what SQL cannot normalise as Rust does, and where to check it.
 CREATE FUNCTION pglimit_unsupported(name text, what text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = format(
         'identifier %s: pglimit''s SQL functions normalise only %s; check this one through POST /check',
@@ -217,7 +220,7 @@ RETURN coalesce(substring(value FROM '@([^@]*)$') = domain COLLATE "C", false);
 
 -- Raises Cidr::parse's refusal of a network.
 CREATE FUNCTION pglimit_bad_cidr(reason text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = reason;
 END $$;
