@@ -1,7 +1,7 @@
 //! The one place that decides what a stored key is made of.
 
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::algorithm::Algorithm;
 use crate::storage::Key;
@@ -9,10 +9,17 @@ use crate::storage::Key;
 /// Shortest accepted `PGLIMIT_KEY_SECRET`, in bytes.
 pub const MIN_SECRET_LEN: usize = 32;
 
+/// SHA-256's block size: HMAC pads its key to it.
+const BLOCK_LEN: usize = 64;
+
 /// The server secret that keys the hash, kept as a ready-keyed HMAC so each
-/// check only clones it. Its `Debug` never shows it.
+/// check only clones it, and as HMAC's two pads for the SQL functions that
+/// derive the same keys. Its `Debug` never shows it.
 #[derive(Clone)]
-pub struct KeySecret(Hmac<Sha256>, Box<([u8; 64], [u8; 64])>);
+pub struct KeySecret {
+    mac: Hmac<Sha256>,
+    pads: ([u8; BLOCK_LEN], [u8; BLOCK_LEN]),
+}
 
 impl KeySecret {
     /// `None` if `bytes` is shorter than [`MIN_SECRET_LEN`].
@@ -22,33 +29,32 @@ impl KeySecret {
             return None;
         }
         let mac = Hmac::<Sha256>::new_from_slice(bytes).ok()?;
-        Some(Self(mac, Box::new(pads(bytes))))
+        Some(Self { mac, pads: pads(bytes) })
     }
 
-    /// HMAC-SHA256's inner and outer pads for this secret: what the SQL
-    /// functions key with (`sql/identifiers.sql`).
-    pub fn pads(&self) -> ([u8; 64], [u8; 64]) {
-        *self.1
+    /// HMAC's inner and outer pads (the key, hashed if longer than a block,
+    /// zero-padded, xor 0x36 and xor 0x5c), which `pglimit_hmac` takes so
+    /// that SQL computes the keys of [`bucket_key`] without the secret.
+    pub fn pads(&self) -> ([u8; BLOCK_LEN], [u8; BLOCK_LEN]) {
+        self.pads
     }
+}
+
+/// RFC 2104's pads of `key`.
+fn pads(key: &[u8]) -> ([u8; BLOCK_LEN], [u8; BLOCK_LEN]) {
+    let mut block = [0u8; BLOCK_LEN];
+    if key.len() > BLOCK_LEN {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    (block.map(|b| b ^ 0x36), block.map(|b| b ^ 0x5c))
 }
 
 impl std::fmt::Debug for KeySecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("KeySecret(..)")
     }
-}
-
-/// The key zero-padded to SHA-256's block (hashed first when longer), XOR
-/// 0x36 and 0x5c (RFC 2104).
-fn pads(secret: &[u8]) -> ([u8; 64], [u8; 64]) {
-    use sha2::Digest;
-    let mut block = [0u8; 64];
-    if secret.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(secret));
-    } else {
-        block[..secret.len()].copy_from_slice(secret);
-    }
-    (block.map(|b| b ^ 0x36), block.map(|b| b ^ 0x5c))
 }
 
 /// What a bucket key identifies.
@@ -71,7 +77,7 @@ pub enum KeyScope<'a> {
 /// A database leak reveals counts and reset times, but no identifier, and
 /// without the secret a known email cannot be tested against the table.
 pub fn bucket_key(secret: &KeySecret, scope: &KeyScope<'_>) -> Key {
-    let mut mac = secret.0.clone();
+    let mut mac = secret.mac.clone();
     let mut part = |bytes: &[u8]| {
         mac.update(&(bytes.len() as u64).to_be_bytes());
         mac.update(bytes);
@@ -155,6 +161,33 @@ mod tests {
             .map(|&algorithm| bucket_key(&secret(), &KeyScope::AdHoc { key: "k", algorithm }))
             .collect();
         assert_eq!(keys.len(), Algorithm::ALL.len());
+    }
+
+    /// What `pglimit_hmac` computes in SQL from the pads.
+    fn mac_from_pads(secret: &KeySecret, message: &[u8]) -> Vec<u8> {
+        let (inner, outer) = secret.pads();
+        let inner_hash = Sha256::new().chain_update(inner).chain_update(message).finalize();
+        Sha256::new().chain_update(outer).chain_update(inner_hash).finalize().to_vec()
+    }
+
+    #[test]
+    fn the_pads_give_the_same_key_as_bucket_key_for_short_and_long_secrets() {
+        // "adhoc" and "k" and "fixed_window", each after its length.
+        let mut message = Vec::new();
+        for part in [&b"adhoc"[..], b"k", b"fixed_window"] {
+            message.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            message.extend_from_slice(part);
+        }
+        for len in [32, 64, 65, 100] {
+            let secret = KeySecret::new(vec![9u8; len]).expect("long enough");
+            let key = bucket_key(&secret, &KeyScope::AdHoc { key: "k", algorithm: Algorithm::FixedWindow });
+            assert_eq!(mac_from_pads(&secret, &message), key.to_vec(), "a secret of {len} bytes");
+        }
+    }
+
+    #[test]
+    fn the_debug_form_shows_neither_the_secret_nor_its_pads() {
+        assert_eq!(format!("{:?}", secret()), "KeySecret(..)");
     }
 
     #[test]

@@ -25,8 +25,9 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
-/// The functions that decide, in the order they are created (each calls
-/// only those before it).
+/// The functions that decide, those that derive bucket keys in SQL
+/// (`identifiers.sql`) and those behind the SQL interface (answers to
+/// reset), in the order they are created (each calls only those before it).
 const FUNCTIONS: [&str; 9] = [
     include_str!("sql/algorithms.sql"),
     include_str!("sql/identifiers.sql"),
