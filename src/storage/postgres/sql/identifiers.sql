@@ -98,14 +98,15 @@ RETURN '"' || replace(replace(name, chr(92), chr(92) || chr(92)), '"', chr(92) |
 CREATE FUNCTION pglimit_bad_identifier(name text, reason text) RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('identifier %s %s', pglimit_quoted(name), reason);
+    RAISE EXCEPTION USING ERRCODE = '22023', COLUMN = 'identifiers.' || name,
+        MESSAGE = format('identifier %s %s', pglimit_quoted(name), reason);
 END $$;
 
 -- Raises what SQL cannot normalise as Rust does, and where to check it.
 CREATE FUNCTION pglimit_unsupported(name text, what text) RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = format(
+    RAISE EXCEPTION USING ERRCODE = '0A000', COLUMN = 'identifiers.' || name, MESSAGE = format(
         'identifier %s: pglimit''s SQL functions normalise only %s; check this one through POST /check',
         pglimit_quoted(name), what);
 END $$;
