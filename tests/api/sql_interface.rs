@@ -240,3 +240,25 @@ async fn enforce_raises_rl429_with_the_retry_time_in_its_detail() {
     assert!((3500..=3600).contains(&retry), "an hour's window: {retry}");
     assert!(pg.message().contains("recipient"), "{}", pg.message());
 }
+
+/// The payload the instances read (listener.rs): the generation, then the
+/// keys in hex, or `*` past 100 of them.
+#[tokio::test]
+async fn an_announcement_names_up_to_a_hundred_keys_and_past_that_everything() {
+    let (_app, _pool, url) = service().await;
+    let functions = crate::common::functions_pool(&url).await;
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.expect("listen");
+    listener.listen("pglimit_actions").await.expect("listen");
+    for (keys, named) in [(2usize, true), (100, true), (101, false)] {
+        let keys: Vec<Vec<u8>> = (0..keys).map(|i| vec![i as u8; 32]).collect();
+        let generation: i64 = sqlx::query_scalar("SELECT pglimit_announce($1)")
+            .bind(&keys)
+            .fetch_one(&functions)
+            .await
+            .expect("announce");
+        let heard = listener.recv().await.expect("a notification");
+        let hex: Vec<String> = keys.iter().map(hex::encode).collect();
+        let want = if named { format!("{generation} {}", hex.join(",")) } else { format!("{generation} *") };
+        assert_eq!(heard.payload(), want);
+    }
+}

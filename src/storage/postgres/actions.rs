@@ -10,19 +10,12 @@ use sqlx::postgres::PgConnection;
 
 use super::audit::write;
 use super::connection::{Connection, Work};
-use super::listener::{payload, CHANNEL};
 use super::session::{classify, Session};
 use crate::storage::{audit_time, AuditEntry, Block, BlockTarget, Key, StoreError};
 
-/// Counters back to full: no row is a full bucket, for every algorithm.
-/// Lockouts go too (a reset is a fresh start); an operator's block stays.
-/// The leases holding slots in them end first (`sql/leases.sql`): a lease
-/// whose slot another may now take must not be renewed or released.
-const RESET: [&str; 3] = [
-    "SELECT pglimit_end_leases($1::bytea[])",
-    "DELETE FROM pglimit_buckets WHERE key = ANY ($1::bytea[])",
-    "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[]) AND kind = 'lockout'",
-];
+/// Counters back to full, lockouts lifted, leases ended and every instance
+/// told: `sql/reset.sql`, which `pglimit.reset` calls too.
+const RESET: &str = "SELECT pglimit_reset_keys($1::bytea[])";
 
 const UNBLOCK: &str = "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[])";
 
@@ -30,7 +23,8 @@ const LIST: &str = "
 SELECT key, kind, policy, bucket, until, reason, created_at FROM pglimit_blocks
 WHERE until > now() ORDER BY until DESC, key LIMIT $1";
 
-const BUMP: &str = "UPDATE pglimit_actions SET generation = generation + 1 RETURNING generation";
+/// Bumps the generation and notifies (`sql/reset.sql`).
+const ANNOUNCE: &str = "SELECT pglimit_announce($1::bytea[])";
 
 pub(super) struct ActionConn(Connection);
 
@@ -51,13 +45,11 @@ impl ActionConn {
         let (keys, audit) = (keys.to_vec(), audit.cloned());
         self.transaction(session, move |tx, keep| {
             Box::pin(async move {
-                for statement in RESET {
-                    sqlx::query(statement).persistent(keep).bind(raw(&keys)).execute(&mut *tx).await?;
-                }
                 if let Some(audit) = audit {
                     write(tx, keep, &audit).await?;
                 }
-                announce(tx, &keys, keep).await
+                sqlx::query(RESET).persistent(keep).bind(raw(&keys)).execute(&mut *tx).await?;
+                Ok(())
             })
         })
         .await
@@ -145,9 +137,7 @@ impl ActionConn {
 /// Bumps the generation and notifies, in the action's transaction: the
 /// notification is delivered on commit, and only then.
 async fn announce(tx: &mut PgConnection, keys: &[Key], keep: bool) -> Result<(), sqlx::Error> {
-    let (generation,): (i64,) = sqlx::query_as(BUMP).persistent(keep).fetch_one(&mut *tx).await?;
-    let notify = sqlx::query("SELECT pg_notify($1, $2)").persistent(keep);
-    notify.bind(CHANNEL).bind(payload(generation, keys)).execute(tx).await?;
+    sqlx::query(ANNOUNCE).persistent(keep).bind(raw(keys)).execute(tx).await?;
     Ok(())
 }
 

@@ -32,8 +32,10 @@ const RELEASED: &str = "released";
 const RELEASES_KEPT: usize = 1024;
 
 /// More keys than this in one action are announced as everything (a
-/// notification's payload is at most 8000 bytes).
-pub const MAX_KEYS_NAMED: usize = 100;
+/// notification's payload is at most 8000 bytes): `pglimit_announce`
+/// (`sql/reset.sql`) writes the payload, this module reads it.
+#[cfg(test)]
+const MAX_KEYS_NAMED: usize = 100;
 
 /// The payload's second word for a change to the API overrides.
 const OVERRIDES: &str = "overrides";
@@ -148,8 +150,10 @@ fn parse_key(hex_key: &str) -> Option<Key> {
     hex::decode_to_slice(hex_key, &mut key).ok().map(|()| key)
 }
 
-/// The payload announcing an action on `keys` at `generation`.
-pub fn payload(generation: i64, keys: &[Key]) -> String {
+/// The payload announcing an action on `keys` at `generation`, as
+/// `pglimit_announce` writes it.
+#[cfg(test)]
+fn payload(generation: i64, keys: &[Key]) -> String {
     if keys.len() > MAX_KEYS_NAMED {
         return format!("{generation} *");
     }

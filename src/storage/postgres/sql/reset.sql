@@ -1,24 +1,32 @@
 -- Resets and releases, from SQL as from the service: the one statement
 -- that puts buckets back to full and tells every instance.
 
--- Puts the buckets of `keys` back to full: no row is a full bucket for
--- every algorithm. Lockouts go too (a reset is a fresh start); an
--- operator's block stays. The leases holding slots in them end first: a
--- lease whose slot another may now take must not be renewed or released.
--- Bumps the actions generation and notifies pglimit_actions, on commit,
--- so that every instance forgets the denials it remembers of these keys
--- (listener.rs reads the payload: '<generation> <hex key>,...', or
--- '<generation> *' past 100 keys). Returns the generation.
-CREATE FUNCTION pglimit_reset_keys(keys bytea[]) RETURNS bigint LANGUAGE plpgsql AS $$
+-- Bumps the actions generation and notifies pglimit_actions, in the
+-- caller's transaction (so on commit, and only then), that `keys` changed:
+-- every instance forgets the denials it remembers of them. listener.rs
+-- reads the payload: '<generation> <hex key>,...', or '<generation> *'
+-- past 100 keys (MAX_KEYS_NAMED). Returns the generation.
+CREATE FUNCTION pglimit_announce(keys bytea[]) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE g bigint;
 BEGIN
-    PERFORM pglimit_end_leases(keys);
-    DELETE FROM pglimit_buckets WHERE key = ANY (keys);
-    DELETE FROM pglimit_blocks WHERE key = ANY (keys) AND kind = 'lockout';
     UPDATE pglimit_actions a SET generation = a.generation + 1 RETURNING a.generation INTO g;
     PERFORM pg_notify('pglimit_actions', g || ' ' || CASE WHEN cardinality(keys) > 100 THEN '*'
         ELSE coalesce((SELECT string_agg(encode(k, 'hex'), ',' ORDER BY o) FROM unnest(keys) WITH ORDINALITY AS u(k, o)), '') END);
     RETURN g;
+END
+$$;
+
+-- Puts the buckets of `keys` back to full, for POST /reset and
+-- pglimit.reset alike: no row is a full bucket for every algorithm.
+-- Lockouts go too (a reset is a fresh start); an operator's block stays.
+-- The leases holding slots in them end first: a lease whose slot another
+-- may now take must not be renewed or released. Then announced.
+CREATE FUNCTION pglimit_reset_keys(keys bytea[]) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pglimit_end_leases(keys);
+    DELETE FROM pglimit_buckets WHERE key = ANY (keys);
+    DELETE FROM pglimit_blocks WHERE key = ANY (keys) AND kind = 'lockout';
+    RETURN pglimit_announce(keys);
 END
 $$;
 
