@@ -147,6 +147,61 @@ async fn migrate_creates_pglimit_db_schema_and_its_objects_in_it() {
     .await
     .expect("the counters table's schema");
     assert_eq!(schemas, ["limits"]);
+    let interface: Vec<String> = sqlx::query_scalar(
+        "SELECT pronamespace::regnamespace::text FROM pg_proc WHERE proname = 'check' AND prosecdef",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the SQL interface's schema");
+    assert_eq!(interface, ["limits", "limits", "limits"], "pglimit.check's three forms, in the schema");
+}
+
+const PUSHED: &str = r#"
+[policies.signup]
+identifiers = { ip = "ip" }
+[[policies.signup.buckets]]
+name = "hourly"
+on = ["ip"]
+limit = 2
+window = "1h"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_push_writes_a_file_that_pglimit_check_then_decides_by() {
+    let cluster = throwaway_cluster().await;
+    let url = cluster.url();
+    let dir = temp_dir("policies-push");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, PUSHED).expect("write the policy file");
+    let env = [("DATABASE_URL", url.as_str()), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    for run in 1..=2 {
+        let out = output_of(&["policies", "push", file.to_str().expect("UTF-8 path")], &env);
+        assert_eq!(out.status.code(), Some(0), "run {run}: {}", stderr(&out));
+        assert!(
+            stdout(&out).starts_with("pglimit: policies ") && stdout(&out).ends_with(" pushed (signup)\n")
+        );
+    }
+    let mut conn = PgConnection::connect(&url).await.expect("connect");
+    let check = "SELECT allowed FROM pglimit.check('signup', '{\"ip\": \"198.51.100.7\"}')";
+    for want in [true, true, false] {
+        let allowed: bool = sqlx::query_scalar(check).fetch_one(&mut conn).await.expect("pglimit.check");
+        assert_eq!(allowed, want);
+    }
+}
+
+#[test]
+fn policies_push_without_a_database_or_with_a_bad_file_exits_1_saying_why() {
+    let dir = temp_dir("policies-push-refused");
+    let file = dir.join("policies.toml");
+    std::fs::write(&file, PUSHED.replace("limit = 2", "limit = 0")).expect("write the policy file");
+    let path = file.to_str().expect("UTF-8 path");
+    let out = output_of(&["policies", "push", path], &[("PGLIMIT_KEY_SECRET", common::SECRET)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("DATABASE_URL: policies push needs it"), "{}", stderr(&out));
+    let env = [("DATABASE_URL", "postgres://127.0.0.1:1/x"), ("PGLIMIT_KEY_SECRET", common::SECRET)];
+    let out = output_of(&["policies", "push", path], &env);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("line 7"), "{}", stderr(&out));
 }
 
 #[test]
@@ -254,7 +309,7 @@ fn serve_help_documents_every_variable_of_env_example_and_hides_secret_values() 
 fn help_lists_the_subcommands() {
     let out = output_of(&["--help"], &[]);
     assert_eq!(out.status.code(), Some(0));
-    for subcommand in ["serve", "check-policies", "migrate", "healthcheck"] {
+    for subcommand in ["serve", "check-policies", "migrate", "policies", "healthcheck"] {
         assert!(stdout(&out).contains(subcommand), "{}", stdout(&out));
     }
 }
