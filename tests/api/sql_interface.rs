@@ -262,3 +262,28 @@ async fn an_announcement_names_up_to_a_hundred_keys_and_past_that_everything() {
         assert_eq!(heard.payload(), want);
     }
 }
+
+/// The policies in force reach the SQL functions at start-up and with
+/// every reload, so SQL and HTTP callers never enforce two files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_policy_file_reaches_the_sql_functions() {
+    let url = fresh_database().await;
+    let file = policy_file(&POLICIES.replace("limit = 3", "limit = 30"));
+    let service = crate::common::try_service(&url, &[("PGLIMIT_POLICIES", file.to_str().expect("a path"))])
+        .await
+        .expect("starts");
+    let pool = PgPool::connect(&url).await.expect("connect");
+    let limit = || async {
+        sql_check(&pool, "contact", contact("fay@example.com", "192.0.2.40"), 0).await["limit"].clone()
+    };
+    assert_eq!(limit().await, 30);
+    std::fs::write(&file, POLICIES).expect("rewrite the policy file");
+    let deadline =
+        std::time::Instant::now() + 20 * pglimit::reload::SETTLE + std::time::Duration::from_secs(10);
+    while limit().await != 3 {
+        assert!(std::time::Instant::now() < deadline, "the reload never reached pglimit_policies");
+        tokio::time::sleep(pglimit::reload::SETTLE).await;
+    }
+    drop(service);
+    let _ = std::fs::remove_file(file);
+}
