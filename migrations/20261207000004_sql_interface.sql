@@ -27,3 +27,14 @@ CREATE TABLE pglimit_key_secret (
     written_at  timestamptz NOT NULL DEFAULT now()
 );
 REVOKE ALL ON pglimit_key_secret FROM PUBLIC;
+-- Nor any role that default privileges gave it at creation (Supabase gives
+-- every table of schema public to its anon and authenticated roles).
+DO $$
+DECLARE r regrole;
+BEGIN
+    FOR r IN SELECT DISTINCT a.grantee::regrole FROM pg_class c, aclexplode(c.relacl) AS a
+             WHERE c.oid = 'pglimit_key_secret'::regclass AND a.grantee NOT IN (0, c.relowner) LOOP
+        EXECUTE format('REVOKE ALL ON pglimit_key_secret FROM %s', r);
+    END LOOP;
+END
+$$;

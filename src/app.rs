@@ -87,7 +87,11 @@ impl Service {
         let store =
             FallbackStore::new(pg, MemoryStore::new(config.memory_capacity), config.db_timeout, PROBE_EVERY);
         let store = DenyCache::new(store, config.memory_capacity);
-        let shared = Arc::new(Shared::new(store, policies, secret, config.shadow).counting_denials(tally));
+        let shared = Arc::new(
+            Shared::new(store, policies, secret, config.shadow)
+                .counting_denials(tally)
+                .publishing_secret(config.sql),
+        );
         crate::reload::audit::started(shared.store(), config, shared.policies().hash()).await;
         shared.publish().await;
         let services = services(Arc::clone(&shared), config, metrics, Arc::clone(&top)).await;

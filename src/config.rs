@@ -72,6 +72,8 @@ pub struct Config {
     pub worker_threads: Option<usize>,
     /// Serve the support console at `/console` (`PGLIMIT_CONSOLE=on`).
     pub console: bool,
+    /// Write the key secret for the SQL interface (`PGLIMIT_SQL=on`).
+    pub sql: bool,
     /// How long the audit log keeps a row.
     pub audit_retention: Duration,
     /// Every variable set, secrets by their fingerprints, and a digest of
@@ -154,6 +156,7 @@ impl Config {
             max_waiting: v::MAX_WAITING.read(&get)?,
             worker_threads: v::WORKER_THREADS.given(&get)?,
             console: v::CONSOLE.read(&get)?,
+            sql: v::SQL.read(&get)?,
             audit_retention: v::AUDIT_RETENTION.read(&get)?,
             top: v::TOP.read(&get)?,
             top_retention: v::TOP_RETENTION.read(&get)?,

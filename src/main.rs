@@ -112,7 +112,7 @@ async fn push_policies(file: &std::path::Path, vars: &Vars) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let compiled = pglimit::limiter::compile(&policies, secret, config.shadow);
+    let compiled = pglimit::limiter::compile(&policies, secret, config.shadow, true);
     let (reach, unlogged, citus) = (config.db_reach.clone(), config.unlogged, config.citus);
     match pglimit::storage::push_policies(url, reach, unlogged, citus, &compiled).await {
         Ok(()) => {

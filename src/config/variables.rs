@@ -50,6 +50,7 @@ pub static ALL: &[&dyn Variable] = &[
     &TOP_RETENTION,
     &WORKER_THREADS,
     &CONSOLE,
+    &SQL,
     &AUDIT_RETENTION,
 ];
 

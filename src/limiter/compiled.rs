@@ -20,13 +20,20 @@ use super::overrides::in_force::stored_form;
 use crate::policy::{BucketDef, Override, OverrideAction, Policies, Policy};
 use crate::storage::CompiledPolicies;
 
-/// Every policy of `policies`, and the secret's pads. `shadow_all`
-/// (`PGLIMIT_SHADOW`) puts every policy in shadow mode, as it does here.
-pub fn compile(policies: &Policies, secret: &KeySecret, shadow_all: bool) -> CompiledPolicies {
+/// Every policy of `policies`, and the secret's pads if `with_secret`.
+/// `shadow_all` (`PGLIMIT_SHADOW`) puts every policy in shadow mode, as
+/// it does here.
+pub fn compile(
+    policies: &Policies,
+    secret: &KeySecret,
+    shadow_all: bool,
+    with_secret: bool,
+) -> CompiledPolicies {
     let mut compiled: Vec<(String, Value)> =
         policies.iter().map(|p| (p.name.to_string(), definition(p, secret, shadow_all))).collect();
     compiled.sort_by(|a, b| a.0.cmp(&b.0));
-    CompiledPolicies { source: policies.hash().to_owned(), policies: compiled, pads: secret.pads() }
+    let pads = with_secret.then(|| secret.pads());
+    CompiledPolicies { source: policies.hash().to_owned(), policies: compiled, pads }
 }
 
 fn definition(policy: &Policy, secret: &KeySecret, shadow_all: bool) -> Value {

@@ -34,6 +34,8 @@ pub struct Shared<S> {
     pub(super) minutes: Arc<Minutes>,
     /// Denials counted for the top list (off unless [`Shared::counting_denials`]).
     pub(super) tally: Arc<Tally>,
+    /// `PGLIMIT_SQL`: the key secret is written with the policies.
+    sql_secret: bool,
 }
 
 /// The policies in force, and their metrics, registered with them.
@@ -74,12 +76,19 @@ impl<S: Store> Shared<S> {
         let api_overrides = ArcSwap::default();
         let minutes = Arc::default();
         let tally = Arc::new(Tally::off());
-        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, minutes, tally }
+        let sql_secret = false;
+        Self { store, in_force, adhoc, secret, shadow_all, api_overrides, minutes, tally, sql_secret }
     }
 
     /// Counts every denial a caller sees into `tally`, for the top list.
     pub fn counting_denials(self, tally: Arc<Tally>) -> Self {
         Self { tally, ..self }
+    }
+
+    /// Writes the key secret with the policies ([`Shared::publish`]), for
+    /// the SQL interface (`PGLIMIT_SQL=on`).
+    pub fn publishing_secret(self, sql_secret: bool) -> Self {
+        Self { sql_secret, ..self }
     }
 
     pub fn store(&self) -> &S {
@@ -113,7 +122,8 @@ impl<S: Store + crate::storage::PolicyStore> Shared<S> {
     /// (docs/sql.md); a failure is logged, and the SQL functions keep the
     /// policies written last.
     pub async fn publish(&self) {
-        let compiled = super::compiled::compile(&self.policies(), &self.secret, self.shadow_all);
+        let (policies, secret) = (self.policies(), &self.secret);
+        let compiled = super::compiled::compile(&policies, secret, self.shadow_all, self.sql_secret);
         match self.store.publish(&compiled).await {
             Ok(()) => tracing::debug!(policies = compiled.source, "policies written for the SQL functions"),
             Err(error) => tracing::warn!(

@@ -16,15 +16,17 @@ pub struct CompiledPolicies {
     pub source: String,
     /// Each policy's name and definition.
     pub policies: Vec<(String, serde_json::Value)>,
-    /// The key secret as HMAC-SHA256's inner and outer pads.
-    pub pads: ([u8; 64], [u8; 64]),
+    /// The key secret as HMAC-SHA256's inner and outer pads; `None`: the
+    /// secret stays out of the database (`PGLIMIT_SQL=off`), and one
+    /// written before is removed.
+    pub pads: Option<([u8; 64], [u8; 64])>,
 }
 
 impl CompiledPolicies {
     /// 8 hex digits of SHA-256 over both pads: which secret, not the secret.
-    pub fn fingerprint(&self) -> String {
+    pub fn fingerprint(pads: &([u8; 64], [u8; 64])) -> String {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::new().chain_update(self.pads.0).chain_update(self.pads.1).finalize();
+        let digest = Sha256::new().chain_update(pads.0).chain_update(pads.1).finalize();
         hex::encode(&digest[..4])
     }
 }

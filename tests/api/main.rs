@@ -31,6 +31,7 @@ mod privileges;
 mod properties;
 mod replay;
 mod slow_checks;
+mod sql_access;
 mod sql_identifiers;
 mod sql_interface;
 mod sql_mixed;

@@ -45,7 +45,8 @@ lease = "1m"
 pub async fn service() -> (AppState, PgPool, String) {
     let url = fresh_database().await;
     let file = policy_file(POLICIES);
-    let app = instance(&url, &[("PGLIMIT_POLICIES", file.to_str().expect("a path"))]).await;
+    let app =
+        instance(&url, &[("PGLIMIT_POLICIES", file.to_str().expect("a path")), ("PGLIMIT_SQL", "on")]).await;
     let pool = PgPool::connect(&url).await.expect("connect");
     (app, pool, url)
 }
@@ -77,7 +78,7 @@ pub fn refusal(e: &sqlx::Error) -> (String, String, Option<String>) {
     (pg.code().to_owned(), pg.message().to_owned(), pg.column().map(str::to_owned))
 }
 
-fn contact(recipient: &str, ip: &str) -> Value {
+pub fn contact(recipient: &str, ip: &str) -> Value {
     json!({ "recipient": recipient, "ip": ip })
 }
 
@@ -110,32 +111,6 @@ async fn a_checked_bucket_stays_locked_until_the_caller_commits() {
     other.rollback().await.expect("rollback");
     holder.commit().await.expect("commit");
     assert_eq!(sql_check(&pool, "contact", who, 1).await["remaining"], 1, "free once committed");
-}
-
-#[tokio::test]
-async fn a_role_with_only_execute_checks_but_reads_neither_the_secret_nor_the_buckets() {
-    let (_app, pool, _) = service().await;
-    let mut app_role = pool.acquire().await.expect("a connection");
-    for grant in [
-        "CREATE ROLE sql_app NOLOGIN",
-        "GRANT USAGE ON SCHEMA pglimit TO sql_app",
-        "GRANT EXECUTE ON FUNCTION pglimit.check(text, jsonb, bigint) TO sql_app",
-        "SET ROLE sql_app",
-    ] {
-        sqlx::query(grant).execute(&mut *app_role).await.expect(grant);
-    }
-    let answer = sql_check(&mut *app_role, "contact", contact("cy@example.com", "192.0.2.3"), 1).await;
-    assert_eq!((answer["allowed"].as_bool(), answer["remaining"].as_i64()), (Some(true), Some(2)));
-    for refused in [
-        "SELECT * FROM pglimit_key_secret",
-        "SELECT * FROM pglimit_buckets",
-        "SELECT * FROM pglimit_policies",
-        "SELECT * FROM pglimit.reset('contact', '{\"recipient\": \"cy@example.com\", \"ip\": \"192.0.2.3\"}')",
-        &format!("SELECT * FROM {}.pglimit_sql_pads()", pglimit::storage::functions_schema()),
-    ] {
-        let e = sqlx::query(refused).execute(&mut *app_role).await.expect_err(refused);
-        assert_eq!(refusal(&e).0, "42501", "{refused}: {e}");
-    }
 }
 
 #[tokio::test]
@@ -269,9 +244,8 @@ async fn an_announcement_names_up_to_a_hundred_keys_and_past_that_everything() {
 async fn a_reloaded_policy_file_reaches_the_sql_functions() {
     let url = fresh_database().await;
     let file = policy_file(&POLICIES.replace("limit = 3", "limit = 30"));
-    let service = crate::common::try_service(&url, &[("PGLIMIT_POLICIES", file.to_str().expect("a path"))])
-        .await
-        .expect("starts");
+    let vars = [("PGLIMIT_POLICIES", file.to_str().expect("a path")), ("PGLIMIT_SQL", "on")];
+    let service = crate::common::try_service(&url, &vars).await.expect("starts");
     let pool = PgPool::connect(&url).await.expect("connect");
     let limit = || async {
         sql_check(&pool, "contact", contact("fay@example.com", "192.0.2.40"), 0).await["limit"].clone()
@@ -286,4 +260,42 @@ async fn a_reloaded_policy_file_reaches_the_sql_functions() {
     }
     drop(service);
     let _ = std::fs::remove_file(file);
+}
+
+#[tokio::test]
+async fn a_block_from_sql_denies_over_http_is_audited_and_lifted_from_sql() {
+    let (app, pool, _) = service().await;
+    let ip = json!({ "ip": "192.0.2.60" });
+    let until: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT pglimit.block('contact', $1, interval '10 minutes', 'spam run')")
+            .bind(&ip)
+            .fetch_one(&pool)
+            .await
+            .expect("pglimit.block");
+    assert!(until > chrono::Utc::now() + chrono::TimeDelta::minutes(9));
+    let body = json!({ "policy": "contact", "identifiers": contact("hal@example.com", "192.0.2.60") });
+    let denied = check(&app, body.clone()).await;
+    assert_eq!((denied.status.as_u16(), denied.body["blocked_by"].as_str()), (429, Some("ip")));
+    let audit = call(&app, "GET", "/admin/audit?action=block", Value::Null).await;
+    let row = &audit.body["entries"][0];
+    assert!(row["actor"].as_str().is_some_and(|a| a.starts_with("sql:")), "{row}");
+    assert_eq!(
+        (row["target"].as_str(), row["detail"]["reason"].as_str()),
+        (Some("contact/ip"), Some("spam run"))
+    );
+    let lifted: i64 = sqlx::query_scalar("SELECT pglimit.unblock('contact', $1)")
+        .bind(&ip)
+        .fetch_one(&pool)
+        .await
+        .expect("pglimit.unblock");
+    assert_eq!(lifted, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while check(&app, body.clone()).await.status != 200 {
+        assert!(std::time::Instant::now() < deadline, "the unblock was never heard");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let missing =
+        sqlx::query("SELECT pglimit.block('contact', '{}', interval '1 minute')").execute(&pool).await;
+    let (state, message, column) = refusal(&missing.expect_err("names nothing"));
+    assert_eq!((state.as_str(), column.as_deref()), ("22023", Some("identifiers.recipient")), "{message}");
 }

@@ -27,7 +27,7 @@ algorithm = "sliding_window"
 async fn http_and_sql_callers_on_three_instances_admit_exactly_the_limit() {
     let url = fresh_database().await;
     let file = policy_file(POLICIES);
-    let vars = [("PGLIMIT_POLICIES", file.to_str().expect("a path"))];
+    let vars = [("PGLIMIT_POLICIES", file.to_str().expect("a path")), ("PGLIMIT_SQL", "on")];
     let apps = [instance(&url, &vars).await, instance(&url, &vars).await, instance(&url, &vars).await];
     let pool = PgPoolOptions::new().max_connections(12).connect(&url).await.expect("connect");
     let body = json!({ "policy": "shared", "identifiers": { "account": "acct_9" } });

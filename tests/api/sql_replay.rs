@@ -106,7 +106,7 @@ impl Paths {
         let policies = Policies::parse(POLICIES).expect("valid policies");
         let secret = KeySecret::new(SECRET).expect("a long enough secret");
         let (service_db, sql_db) = (fresh_database().await, fresh_database().await);
-        let compiled = pglimit::limiter::compile(&policies, &secret, false);
+        let compiled = pglimit::limiter::compile(&policies, &secret, false, true);
         pglimit::storage::push_policies(&sql_db, Reach::default(), false, Citus::Off, &compiled)
             .await
             .expect("push the policies");

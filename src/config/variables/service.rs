@@ -184,6 +184,17 @@ pub static CONSOLE: Setting<OneOf<bool>> = Setting {
     secret: false,
 };
 
+pub static SQL: Setting<OneOf<bool>> = Setting {
+    var: "PGLIMIT_SQL",
+    flag: "sql",
+    values: OneOf(&[("on", true), ("off", false)]),
+    unset: Is("off"),
+    help:
+        "Write the key secret into the database (as HMAC pads only their owner reads) so that pglimit.check \
+           can key checks made from SQL; off keeps the secret out of the database.",
+    secret: false,
+};
+
 pub static AUDIT_RETENTION: Setting<Span> = Setting {
     var: "PGLIMIT_AUDIT_RETENTION",
     flag: "audit-retention",

@@ -14,7 +14,7 @@ use super::session::{classify, Session};
 use crate::storage::{audit_time, AuditEntry, Block, BlockTarget, Key, StoreError};
 
 /// Counters back to full, lockouts lifted, leases ended and every instance
-/// told: `sql/reset.sql`, which `pglimit.reset` calls too.
+/// told: `sql/actions.sql`, which `pglimit.reset` calls too.
 const RESET: &str = "SELECT pglimit_reset_keys($1::bytea[])";
 
 const UNBLOCK: &str = "DELETE FROM pglimit_blocks WHERE key = ANY ($1::bytea[])";
@@ -23,7 +23,7 @@ const LIST: &str = "
 SELECT key, kind, policy, bucket, until, reason, created_at FROM pglimit_blocks
 WHERE until > now() ORDER BY until DESC, key LIMIT $1";
 
-/// Bumps the generation and notifies (`sql/reset.sql`).
+/// Bumps the generation and notifies (`sql/actions.sql`).
 const ANNOUNCE: &str = "SELECT pglimit_announce($1::bytea[])";
 
 pub(super) struct ActionConn(Connection);

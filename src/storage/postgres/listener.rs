@@ -33,7 +33,7 @@ const RELEASES_KEPT: usize = 1024;
 
 /// More keys than this in one action are announced as everything (a
 /// notification's payload is at most 8000 bytes): `pglimit_announce`
-/// (`sql/reset.sql`) writes the payload, this module reads it.
+/// (`sql/actions.sql`) writes the payload, this module reads it.
 #[cfg(test)]
 const MAX_KEYS_NAMED: usize = 100;
 

@@ -19,6 +19,12 @@ SELECT * FROM unnest($1::text[], $2::jsonb[], array_fill($3::text, ARRAY[cardina
 ON CONFLICT (name) DO UPDATE SET definition = EXCLUDED.definition, source = EXCLUDED.source, pushed_at = now()
 WHERE (pglimit_policies.definition, pglimit_policies.source) IS DISTINCT FROM (EXCLUDED.definition, EXCLUDED.source)";
 
+/// Each privilege asked apart: a list is true when any one is held.
+const MAY_WRITE_SECRET: &str = "SELECT bool_and(has_table_privilege('pglimit_key_secret', p))
+    FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p";
+
+const FORGET_SECRET: &str = "DELETE FROM pglimit_key_secret";
+
 const SECRET: &str = "
 INSERT INTO pglimit_key_secret (id, inner_pad, outer_pad, fingerprint) VALUES (1, $1, $2, $3)
 ON CONFLICT (id) DO UPDATE SET inner_pad = EXCLUDED.inner_pad, outer_pad = EXCLUDED.outer_pad,
@@ -49,9 +55,33 @@ pub(super) async fn write(
     sqlx::query(FORGET).persistent(keep).bind(&names).execute(&mut *tx).await?;
     let write = sqlx::query(WRITE).persistent(keep).bind(&names).bind(&definitions).bind(&compiled.source);
     write.execute(&mut *tx).await?;
-    let (inner, outer) = (&compiled.pads.0[..], &compiled.pads.1[..]);
-    let secret = sqlx::query(SECRET).persistent(keep).bind(inner).bind(outer).bind(compiled.fingerprint());
-    secret.execute(&mut *tx).await?;
+    write_secret(tx, keep, compiled.pads.as_ref()).await
+}
+
+/// Writes the secret's pads, or removes them (`None`). A role that may not
+/// (the secret is its owner's; `sql/` reads it as the owner) only warns:
+/// the owner can write it with `pglimit policies push`.
+async fn write_secret(
+    tx: &mut PgConnection,
+    keep: bool,
+    pads: Option<&([u8; 64], [u8; 64])>,
+) -> Result<(), sqlx::Error> {
+    let (may,): (bool,) = sqlx::query_as(MAY_WRITE_SECRET).persistent(keep).fetch_one(&mut *tx).await?;
+    match (pads, may) {
+        (Some((inner, outer)), true) => {
+            let fingerprint = CompiledPolicies::fingerprint(&(*inner, *outer));
+            let secret = sqlx::query(SECRET).persistent(keep).bind(&inner[..]).bind(&outer[..]).bind(fingerprint);
+            secret.execute(&mut *tx).await?;
+        }
+        (None, true) => {
+            sqlx::query(FORGET_SECRET).persistent(keep).execute(&mut *tx).await?;
+        }
+        (Some(_), false) => tracing::warn!(
+            "PGLIMIT_SQL=on, but this role may not write pglimit_key_secret: grant it SELECT, INSERT, UPDATE, \
+             DELETE on that table, or run `pglimit policies push` as the owner"
+        ),
+        (None, false) => {}
+    }
     Ok(())
 }
 

@@ -37,7 +37,7 @@ const FUNCTIONS: [&str; 9] = [
     include_str!("sql/answers.sql"),
     include_str!("sql/policies.sql"),
     include_str!("sql/adhoc.sql"),
-    include_str!("sql/reset.sql"),
+    include_str!("sql/actions.sql"),
 ];
 
 /// The SQL interface (docs/sql.md), created in its own schema (`{{schema}}`)

@@ -29,15 +29,8 @@ const DELETE_ENDED_LEASES: &str = "DELETE FROM pglimit_leases WHERE (id, key) IN
     SELECT id, key FROM pglimit_leases WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
-/// An operator's block replaces whatever block the key had.
-const BLOCK: &str = "
-INSERT INTO pglimit_blocks AS k (key, until, kind, policy, bucket, reason)
-SELECT t.key, now() + $2 * interval '1 millisecond', 'admin', t.policy, t.bucket, $5
-FROM unnest($1::bytea[], $3::text[], $4::text[]) AS t(key, policy, bucket)
-ORDER BY t.key
-ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until, kind = 'admin', policy = EXCLUDED.policy,
-    bucket = EXCLUDED.bucket, reason = EXCLUDED.reason, created_at = now()
-RETURNING until";
+/// An operator's block replaces whatever block the key had (`sql/actions.sql`).
+const BLOCK: &str = "SELECT pglimit_block_keys($1::bytea[], $2, $3::text[], $4::text[], $5)";
 
 /// The write-back; logs travel as array literals (`{1,2}`): rows of
 /// different lengths cannot share one two-dimensional array. Its rows are

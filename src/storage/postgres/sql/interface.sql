@@ -87,6 +87,20 @@ RETURNS {{schema}}.decision
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
 AS $$ SELECT a.* FROM pglimit_sql_adhoc_reset(key, $2, $3, algorithm, timezone) AS a $$;
 
+-- Blocks the policy's buckets over `identifiers` (some of the policy's:
+-- every bucket counting over only those, or the one named `bucket`) for
+-- `duration`, as POST /admin/blocks does, audited as the calling role;
+-- returns when the block ends. For an operator's role, not an application's.
+CREATE OR REPLACE FUNCTION {{schema}}.block(policy text, identifiers jsonb, duration interval, reason text DEFAULT NULL,
+                                            bucket text DEFAULT NULL) RETURNS timestamptz
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$ SELECT pglimit_sql_block(policy, identifiers, duration, reason, bucket) $$;
+
+-- Lifts the blocks block set; returns how many there were.
+CREATE OR REPLACE FUNCTION {{schema}}.unblock(policy text, identifiers jsonb, bucket text DEFAULT NULL) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $$ SELECT pglimit_sql_unblock(policy, identifiers, bucket) $$;
+
 -- Frees a lease's slots: true if it held any, false if it was released
 -- already or has ended, NULL if there is no such lease.
 CREATE OR REPLACE FUNCTION {{schema}}.release(lease text) RETURNS boolean
@@ -96,4 +110,5 @@ AS $$ SELECT pglimit_sql_release(lease) $$;
 REVOKE ALL ON FUNCTION {{schema}}.check(text, jsonb, bigint), {{schema}}.check(text, bigint, text, text, bigint, text),
     {{schema}}.check(text, bigint, interval, text, bigint), {{schema}}.enforce(text, jsonb, bigint),
     {{schema}}.enforce(text, bigint, text, text, bigint, text), {{schema}}.enforce(text, bigint, interval, text, bigint),
-    {{schema}}.reset(text, jsonb, text[]), {{schema}}.reset(text, bigint, text, text, text), {{schema}}.release(text) FROM PUBLIC;
+    {{schema}}.reset(text, jsonb, text[]), {{schema}}.reset(text, bigint, text, text, text),
+    {{schema}}.block(text, jsonb, interval, text, text), {{schema}}.unblock(text, jsonb, text), {{schema}}.release(text) FROM PUBLIC;

@@ -33,7 +33,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = 'pglimit has no key secret in this database',
-            HINT = 'start pglimit serve against it once, or run pglimit policies push FILE with PGLIMIT_KEY_SECRET set';
+            HINT = 'start pglimit serve with PGLIMIT_SQL=on against it, or run pglimit policies push FILE as its owner';
     END IF;
 END
 $$;
