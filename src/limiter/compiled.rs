@@ -11,6 +11,7 @@
 //! - `overrides`, in file order: `when` (identifier → pattern as API
 //!   overrides store it: `hmac:<hex>` for an exact value), `action`,
 //!   `limits` (bucket → limit);
+//! - `shown`: the identifiers whose values the top list keeps (`show = true`);
 //! - `shadow`, and `max_lease_life_ms`.
 
 use serde_json::{json, Map, Value};
@@ -43,6 +44,7 @@ fn definition(policy: &Policy, secret: &KeySecret, shadow_all: bool) -> Value {
         "identifiers": identifiers,
         "buckets": policy.buckets.iter().map(bucket).collect::<Vec<_>>(),
         "overrides": policy.overrides.iter().map(|o| overriding(policy, o, secret)).collect::<Vec<_>>(),
+        "shown": policy.shown,
         "shadow": shadow_all || policy.mode == crate::policy::Mode::Shadow,
         "max_lease_life_ms": millis(policy.max_lease_life),
     })

@@ -108,7 +108,7 @@ BEGIN
     RETURN QUERY SELECT * FROM pglimit_sql_decide(
         '_adhoc', ARRAY['default'], ARRAY[p_algorithm], ARRAY[pglimit_adhoc_key(pads.inner_pad, pads.outer_pad, p_key, p_algorithm)],
         ARRAY[p_limit], ARRAY[window_ms], ARRAY[algo], ARRAY[0::bigint], ARRAY[zone], ARRAY[86400000::bigint],
-        p_cost, NULL, NULL, false, coalesce(p_now, now()));
+        ARRAY[NULL::jsonb], p_cost, NULL, NULL, false, coalesce(p_now, now()));
 END
 $$;
 

@@ -33,16 +33,17 @@ RETURN greatest((greatest(pglimit_us(until) - pglimit_us(since), 0) / 1000 + 999
 CREATE FUNCTION pglimit_sql_lease_id() RETURNS text LANGUAGE sql VOLATILE
 RETURN 'lease_' || encode(substr(sha256(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid())), 1, 16), 'hex');
 
--- Decides one check of the buckets given (arrays, one entry per bucket;
--- `names` qualified `policy/bucket` for lockouts) and answers it. `action`
--- is the matching override's, if any.
+-- Decides one check of the buckets given (arrays, one entry per bucket)
+-- and answers it; a denial is counted for the top list. `action` is the
+-- matching override's, if any; `shown`, what the top list keeps of each
+-- bucket's identifiers.
 CREATE FUNCTION pglimit_sql_decide(
     p_policy text, names text[], algorithms text[], keys bytea[], limits bigint[], windows bigint[],
-    algos smallint[], blocks bigint[], zones text[], lives bigint[], cost bigint, action text, matched jsonb,
-    shadow boolean, v_now timestamptz
+    algos smallint[], blocks bigint[], zones text[], lives bigint[], shown jsonb[], cost bigint, action text,
+    matched jsonb, shadow boolean, v_now timestamptz
 ) RETURNS SETOF pglimit_sql_answer LANGUAGE plpgsql AS $$
 DECLARE
-    n integer := cardinality(keys); lease_id text; leases bytea[];
+    n integer := cardinality(keys); lease_id text; leases bytea[]; a pglimit_sql_answer;
     al boolean[]; rem bigint[]; rs timestamptz[]; re timestamptz[]; bl boolean[];
 BEGIN
     IF action = 'deny' THEN
@@ -73,9 +74,26 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM pglimit_sql_answer_of(names, algorithms, limits, windows, algos, al, rem, rs, re, bl,
-                                                     action, matched, shadow, lease_id, v_now);
+    SELECT * INTO a FROM pglimit_sql_answer_of(names, algorithms, limits, windows, algos, al, rem, rs, re, bl,
+                                               action, matched, shadow, lease_id, v_now);
+    IF NOT a.allowed THEN
+        PERFORM pglimit_sql_count_denials(p_policy, keys, names, al, shown, v_now);
+    END IF;
+    RETURN NEXT a;
 END
+$$;
+
+-- Counts each bucket that denied a refused check for the top list
+-- (GET /admin/top), in the minute it was answered, as the service's
+-- instances add theirs (limiter/denials/): a shadow policy's denial was
+-- answered as allowed and is not counted.
+CREATE FUNCTION pglimit_sql_count_denials(
+    p_policy text, keys bytea[], names text[], al boolean[], shown jsonb[], v_now timestamptz
+) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pglimit_denials AS d (minute, key, policy, bucket, shown, count)
+    SELECT date_trunc('minute', v_now), u.k, p_policy, u.n, u.s, 1
+    FROM unnest(keys, names, al, shown) AS u(k, n, a, s) WHERE NOT u.a ORDER BY u.k
+    ON CONFLICT (key, minute) DO UPDATE SET count = d.count + 1, shown = coalesce(excluded.shown, d.shown)
 $$;
 
 -- The answer to a check whose buckets answered al, rem, rs (reset), re

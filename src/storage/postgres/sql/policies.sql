@@ -159,7 +159,7 @@ CREATE FUNCTION pglimit_sql_buckets(
     p_policy text, def jsonb, vals jsonb, inner_pad bytea, outer_pad bytea, over_limits jsonb
 ) RETURNS TABLE (
     name text, algorithm text, key bytea, lim bigint, window_ms bigint, algo smallint, block_ms bigint,
-    zone text, lease_life_ms bigint
+    zone text, lease_life_ms bigint, shown jsonb
 ) LANGUAGE sql IMMUTABLE AS $$
     SELECT b.v ->> 'name', b.v ->> 'algorithm',
            pglimit_policy_key(inner_pad, outer_pad, p_policy, b.v ->> 'name', b.v ->> 'algorithm',
@@ -170,7 +170,9 @@ CREATE FUNCTION pglimit_sql_buckets(
                 THEN least((over_limits ->> (b.v ->> 'name'))::bigint, (b.v ->> 'max_limit')::bigint)
                 ELSE (b.v ->> 'limit')::bigint END,
            (b.v ->> 'window_ms')::bigint, (b.v ->> 'code')::smallint, (b.v ->> 'block_for_ms')::bigint,
-           b.v ->> 'zone', (def ->> 'max_lease_life_ms')::bigint
+           b.v ->> 'zone', (def ->> 'max_lease_life_ms')::bigint,
+           (SELECT jsonb_object_agg(f.name, vals ->> f.name) FROM jsonb_array_elements_text(b.v -> 'on') AS f(name)
+            WHERE coalesce(def -> 'shown', '[]') ? f.name)
     FROM jsonb_array_elements(def -> 'buckets') WITH ORDINALITY AS b(v, i) ORDER BY b.i
 $$;
 
@@ -190,10 +192,11 @@ BEGIN
     o := pglimit_sql_override(p_policy, def, vals, pads.inner_pad, pads.outer_pad, v_now);
     SELECT array_agg(b.name) AS names, array_agg(b.algorithm) AS algorithms, array_agg(b.key) AS keys,
            array_agg(b.lim) AS limits, array_agg(b.window_ms) AS windows, array_agg(b.algo) AS algos,
-           array_agg(b.block_ms) AS blocks, array_agg(b.zone) AS zones, array_agg(b.lease_life_ms) AS lives
+           array_agg(b.block_ms) AS blocks, array_agg(b.zone) AS zones, array_agg(b.lease_life_ms) AS lives,
+           array_agg(b.shown) AS shown
     INTO bs FROM pglimit_sql_buckets(p_policy, def, vals, pads.inner_pad, pads.outer_pad, o.limits) AS b;
     RETURN QUERY SELECT * FROM pglimit_sql_decide(
         p_policy, bs.names, bs.algorithms, bs.keys, bs.limits, bs.windows, bs.algos, bs.blocks, bs.zones,
-        bs.lives, p_cost, o.action, o.matched, coalesce((def ->> 'shadow')::boolean, false), v_now);
+        bs.lives, bs.shown, p_cost, o.action, o.matched, coalesce((def ->> 'shadow')::boolean, false), v_now);
 END
 $$;
