@@ -85,17 +85,8 @@ $$;
 -- of the policy's (a block names what it blocks); an unknown one refused.
 CREATE FUNCTION pglimit_sql_some_values(p_policy text, def jsonb, given jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE n text;
 BEGIN
-    IF given IS NULL OR jsonb_typeof(given) <> 'object' THEN
-        PERFORM pglimit_sql_invalid('identifiers', 'identifiers must be a JSON object of identifier names to strings');
-    END IF;
-    SELECT k INTO n FROM jsonb_object_keys(given) AS k WHERE NOT (def -> 'identifiers') ? k ORDER BY k LIMIT 1;
-    IF n IS NOT NULL THEN
-        PERFORM pglimit_sql_invalid('identifiers.' || n, format('%s is not an identifier of policy %s (expected: %s)',
-            to_json(n), to_json(p_policy),
-            (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(def -> 'identifiers') AS k)));
-    END IF;
+    PERFORM pglimit_sql_known(p_policy, def, given);
     RETURN pglimit_sql_values(p_policy, jsonb_build_object('identifiers',
         (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}') FROM jsonb_each(def -> 'identifiers') AS e
          WHERE given ? e.key)), given);

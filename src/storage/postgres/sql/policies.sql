@@ -80,12 +80,11 @@ BEGIN
 END
 $$;
 
--- The normalised value of every identifier `def` declares, from `given`
--- (a JSON object of strings): an unknown one refused first, then a
--- missing or malformed one, each in name order, as /check refuses them.
-CREATE FUNCTION pglimit_sql_values(p_policy text, def jsonb, given jsonb) RETURNS jsonb
+-- Refuses `given` unless it is a JSON object naming only identifiers
+-- `def` declares (the first unknown one in name order named).
+CREATE FUNCTION pglimit_sql_known(p_policy text, def jsonb, given jsonb) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE vals jsonb := '{}'; n text; kind text; raw jsonb;
+DECLARE n text;
 BEGIN
     IF given IS NULL OR jsonb_typeof(given) <> 'object' THEN
         PERFORM pglimit_sql_invalid('identifiers', 'identifiers must be a JSON object of identifier names to strings');
@@ -96,6 +95,17 @@ BEGIN
             to_json(n), to_json(p_policy),
             (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(def -> 'identifiers') AS k)));
     END IF;
+END
+$$;
+
+-- The normalised value of every identifier `def` declares, from `given`
+-- (a JSON object of strings): an unknown one refused first, then a
+-- missing or malformed one, each in name order, as /check refuses them.
+CREATE FUNCTION pglimit_sql_values(p_policy text, def jsonb, given jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE vals jsonb := '{}'; n text; kind text; raw jsonb;
+BEGIN
+    PERFORM pglimit_sql_known(p_policy, def, given);
     FOR n, kind IN SELECT e.key, e.value #>> '{}' FROM jsonb_each(def -> 'identifiers') AS e ORDER BY e.key LOOP
         raw := given -> n;
         IF raw IS NULL THEN
