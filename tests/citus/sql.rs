@@ -2,21 +2,23 @@
 //! mode still installs them, and every function that would decide refuses,
 //! since a check made in a caller's transaction on the coordinator could
 //! not lock its buckets in key order across shards as Citus mode's checks
-//! do on the workers (policies.sql, `pglimit_sql_refused_on_citus`).
+//! do on the workers (policies.sql, `pglimit_sql_refused_on_citus`); so
+//! does release, of leases that Citus mode never grants.
 
 use sqlx::postgres::PgDatabaseError;
 
 use crate::common::process::output_of;
 use crate::{cluster, direct};
 
-/// Each deciding function, in each of its forms.
-const CALLS: [&str; 6] = [
+/// Each deciding function, in each of its forms, and release.
+const CALLS: [&str; 7] = [
     r#"SELECT * FROM pglimit.check('login', '{"email": "citus@example.com", "ip": "203.0.113.20"}')"#,
     "SELECT * FROM pglimit.check('sql-on-citus', 10, '1h', 'fixed_window')",
     r#"SELECT * FROM pglimit.enforce('login', '{"email": "citus@example.com", "ip": "203.0.113.20"}')"#,
     "SELECT * FROM pglimit.enforce('sql-on-citus', 10, interval '1 hour', 'fixed_window')",
     r#"SELECT * FROM pglimit.reset('login', '{"email": "citus@example.com", "ip": "203.0.113.20"}')"#,
     "SELECT * FROM pglimit.reset('sql-on-citus', 10, '1h', 'fixed_window')",
+    "SELECT pglimit.release('lease_00000000000000000000000000000000')",
 ];
 
 #[tokio::test]

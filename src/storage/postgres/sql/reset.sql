@@ -61,9 +61,11 @@ $$;
 
 -- Frees a lease's slots by the id a check answered: true if it held any,
 -- false if it was released already or has ended, NULL if there is no such
--- lease (leases.sql's pglimit_release).
+-- lease (leases.sql's pglimit_release). Refused in Citus mode, as checks
+-- are: it grants no lease, and the leases' lookup cannot be planned there.
 CREATE FUNCTION pglimit_sql_release(p_lease text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pglimit_sql_refused_on_citus();
     IF p_lease IS NULL OR p_lease !~ '^lease_[0-9a-f]{32}$' THEN
         PERFORM pglimit_sql_invalid('lease',
             'lease must be a lease id as a check answered it ("lease_" and 32 hex digits)');
