@@ -162,3 +162,23 @@ async fn behind_a_transaction_pooler_a_rolled_back_sql_check_is_not_counted() {
     let committed = check(pool.clone(), ids, key, true).await;
     assert_eq!(committed, [(true, 4), (true, 2)], "no rolled-back check was counted");
 }
+
+/// A concurrency slot taken by pglimit.check through the pooler is given
+/// back by pglimit.release on another connection, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_a_lease_from_sql_is_released_from_sql() {
+    let _serial = SERIAL.lock().await;
+    let (_bouncer, _app, pool) = behind_a_transaction_pooler().await;
+    let slot =
+        format!("SELECT allowed, lease FROM pglimit.check('{}', 1, '1h', 'concurrency')", unique("slot"));
+    let held = sqlx::raw_sql(&slot).fetch_one(&pool).await.expect("take the slot");
+    let lease: String = held.get("lease");
+    assert!(held.get::<bool, _>("allowed"), "the first check takes the slot");
+    assert_eq!(tally(&all_at_once(&pool, &slot, 4).await), counts(&[("denied", 4)]), "the slot is held");
+    let release = format!("SELECT pglimit.release('{lease}')");
+    for expected in [Some(true), Some(false)] {
+        let released = sqlx::raw_sql(&release).fetch_one(&pool).await.expect("release");
+        assert_eq!(released.get::<Option<bool>, _>(0), expected, "released, then already released");
+    }
+    assert_eq!(tally(&all_at_once(&pool, &slot, 4).await), counts(&[("allowed", 1), ("denied", 3)]));
+}
