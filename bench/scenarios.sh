@@ -103,12 +103,16 @@ policy_probe_body() {
     esac
 }
 
-# pgbench's script and variables for SCENARIO with NKEYS random keys.
+# pgbench's script and variables for SCENARIO with NKEYS random keys, for
+# SYSTEM: raw-pg (the default: the reference upserts) or pglimit-sql
+# (pglimit.check on the same keys and identities).
 pgbench_script_args() {
+    local one=upsert.sql login=login.sql
+    if [ "${3:-raw-pg}" = pglimit-sql ]; then one=check.sql login=check-login.sql; fi
     if [ "$1" = allow-login ]; then
-        echo "-D emails=$LOGIN_EMAILS -D ips=$LOGIN_IPS -f bench/pgbench/login.sql"
+        echo "-D emails=$LOGIN_EMAILS -D ips=$LOGIN_IPS -f bench/pgbench/$login"
     else
-        echo "-D nkeys=$2 -f bench/pgbench/upsert.sql"
+        echo "-D nkeys=$2 -f bench/pgbench/$one"
     fi
 }
 

@@ -40,6 +40,40 @@ measure_raw_pg() {
     done
 }
 
+# pglimit.check from SQL under pgbench, right after raw Postgres and with its
+# settings (clients, threads, seconds, -M prepared, random keys): the
+# one-bucket policy bench_one on raw's 10,000 keys, then the login policy on
+# raw's login identities, in a database of its own ($SQL_DB) into which
+# `pglimit policies push` wrote the policies (the pushed file: bench/policies.toml,
+# then bench/policies-sql.toml) and the key secret, as a user without the
+# service would. Each measurement is followed by a check that must be admitted.
+measure_sql() {
+    local c scenario pushed
+    pushed=$(env DATABASE_URL="$SQL_URL" PGLIMIT_KEY_SECRET="$SECRET" RUST_LOG=warn \
+        "$PGLIMIT_BIN" policies push "$SQL_POLICIES" 2>&1) || die "pglimit policies push failed: $pushed"
+    log "$pushed"
+    STATS_DB=$SQL_DB
+    for c in $CONCURRENCY; do
+        for scenario in allow-random allow-login; do
+            run_pgbench "$scenario" "$RANDOM_KEYS" "$c" pglimit-sql
+            sql_probe "$scenario"
+        done
+    done
+    STATS_DB=bench
+}
+
+# After a pglimit-sql measurement of SCENARIO: one more check of its shape
+# (the login policy's on an identity of its own) must be admitted.
+sql_probe() {
+    local call="'bench_one', '{\"key\": \"1\"}'" allowed
+    if [ "$1" = allow-login ]; then
+        call="'login', '{\"email\": \"probe$SEQ@example.org\", \"ip\": \"198.18.0.1\"}'"
+    fi
+    allowed=$(DB=$SQL_DB sql "SELECT allowed FROM pglimit.check($call)") ||
+        die "pglimit-sql $1: the probe failed"
+    [ "$allowed" = t ] || die "pglimit-sql $1: the probe was not admitted (allowed: $allowed)"
+}
+
 # The HTTP ceiling: JSON in, a fixed body out, no store.
 measure_ceiling() {
     local c

@@ -12,18 +12,21 @@ result_dir() {
     printf 'system=%s\nscenario=%s\nconcurrency=%s\n' "$1" "$2" "$3" >"$DIR/meta"
 }
 
-# raw-pg: pgbench with the reference upsert (allow-login: the login
-# policy's three, bench/pgbench/login.sql).
+# pgbench SCENARIO NKEYS CONC [SYSTEM]: raw-pg (the default), the reference
+# upsert (allow-login: the login policy's three, bench/pgbench/login.sql) in
+# database bench; pglimit-sql, pglimit.check (bench/pgbench/check.sql and
+# check-login.sql) in database $SQL_DB. The same pgbench settings for both.
 run_pgbench() {
-    local scenario=$1 nkeys=$2 conc=$3 dir script
-    result_dir raw-pg "$scenario" "$conc"
+    local scenario=$1 nkeys=$2 conc=$3 system=${4:-raw-pg} db=bench dir script
+    if [ "$system" = pglimit-sql ]; then db=$SQL_DB; fi
+    result_dir "$system" "$scenario" "$conc"
     dir=$DIR
-    log "raw-pg $scenario c=$conc"
-    read -ra script <<<"$(pgbench_script_args "$scenario" "$nkeys")"
+    log "$system $scenario c=$conc"
+    read -ra script <<<"$(pgbench_script_args "$scenario" "$nkeys" "$system")"
     local args=(-n -M prepared -c "$conc" -j "$(threads_for "$conc")" "${script[@]}")
-    if [ "$WARMUP" -gt 0 ]; then pgbench "${args[@]}" -T "$WARMUP" bench >/dev/null 2>&1; fi
+    if [ "$WARMUP" -gt 0 ]; then pgbench "${args[@]}" -T "$WARMUP" "$db" >/dev/null 2>&1; fi
     stats_reset
-    pgbench "${args[@]}" -T "$SECS" -l --log-prefix="$dir/txlog" bench >"$dir/pgbench.out" 2>&1 ||
+    pgbench "${args[@]}" -T "$SECS" -l --log-prefix="$dir/txlog" "$db" >"$dir/pgbench.out" 2>&1 ||
         { cat "$dir/pgbench.out" >&2; die "pgbench failed"; }
     stats_read >"$dir/statements"
     stats_dump >"$dir/pg_stat_statements.txt"

@@ -2,12 +2,15 @@
 //! configured as its users usually have it (`ignore_startup_parameters =
 //! extra_float_digits`): exact across instances, every answer from
 //! Postgres, actions heard, the cleanup, the server-side timeouts, and an
-//! outage of the server behind the pooler.
+//! outage of the server behind the pooler; and pglimit's SQL functions
+//! called through it (`sql`).
 //!
 //! This binary starts a cluster of its own, because it stops it; its tests
 //! take [`SERIAL`] and run one at a time.
 
 mod common;
+#[path = "pooler/sql.rs"]
+mod sql;
 
 use std::time::{Duration, Instant};
 

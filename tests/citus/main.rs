@@ -15,6 +15,7 @@ mod exact;
 mod explain;
 mod operations;
 mod routing;
+mod sql;
 
 use std::path::PathBuf;
 

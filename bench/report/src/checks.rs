@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::record::{find, Record};
 use crate::systems::{ACTIONS_SCENARIOS, SYSTEMS};
-use crate::{curve, policies, pooler, proxies};
+use crate::{curve, policies, pooler, proxies, sql};
 
 /// What the run should have measured and did not: a system without a single
 /// measurement (the baseline only when the meta names one), or a scenario
@@ -23,6 +23,7 @@ pub fn missing(records: &[Record], meta: &HashMap<String, String>) -> Vec<String
         .collect();
     missing.extend(proxies::missing(records));
     missing.extend(pooler::missing(records));
+    missing.extend(sql::missing(records));
     missing.extend(policies::missing(records));
     missing.extend(curve::missing(records, meta));
     let twins =

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use crate::budgets::{ACTIONS_BUDGET_PERCENT, DENY_BUDGET_PERCENT};
 use crate::record::Record;
 use crate::render::Run;
-use crate::{curve, phases, policies, pooler, proxies, slow, targets};
+use crate::{curve, phases, policies, pooler, proxies, slow, sql, targets};
 
 /// The notes under the tables, for the sections this run has, ending with
 /// the targets' table.
@@ -14,6 +14,7 @@ pub fn how_to_read(run: &Run) -> String {
     let (records, meta) = (run.records, run.meta);
     let any = |f: fn(&Record) -> bool| records.iter().any(f);
     let notes = [
+        any(|r| r.system == sql::SYSTEM).then(|| sql::HOW_TO_READ.to_string()),
         run.metrics_off.then(|| METRICS_OFF.to_string()),
         run.actions.then(|| actions(run)),
         any(|r| pooler::SYSTEMS.contains(&r.system.as_str())).then(|| pooler::HOW_TO_READ.to_string()),

@@ -12,7 +12,8 @@
 //! its blocks and overrides (or pglimit had some) (nothing is asserted about
 //! speed); 2 on a usage error.
 //!
-//! Under the main table (table.rs), the deny path against the HTTP ceiling
+//! Under the main table (table.rs), pglimit.check from SQL against raw
+//! Postgres per transaction (sql.rs), the deny path against the HTTP ceiling
 //! and blocks and overrides against none (budgets.rs), behind PgBouncer
 //! (pooler.rs), behind a proxy (proxies.rs), policies and algorithms
 //! (policies.rs), where a check's time goes (phases.rs) and, with
@@ -35,6 +36,7 @@ mod proxies;
 mod record;
 mod render;
 mod slow;
+mod sql;
 mod systems;
 mod table;
 mod targets;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::budgets::{self, ACTIONS_BUDGET_PERCENT};
 use crate::numbers::{mib, number, thousands};
 use crate::record::Record;
-use crate::{curve, header, legend, phases, policies, pooler, proxies, slow, table};
+use crate::{curve, header, legend, phases, policies, pooler, proxies, slow, sql, table};
 
 /// A run's measurements and meta, with what was measured besides pglimit.
 pub struct Run<'a> {
@@ -86,6 +86,7 @@ fn sections(run: &Run) -> Vec<(String, String)> {
          overrides* below)."
     );
     [
+        sql::table(records).map(|t| (sql::INTRO.to_string(), t)),
         budgets::deny_vs_ceiling(records, run.baseline).map(|t| (deny.to_string(), t)),
         budgets::actions_vs_plain(records).map(|t| (actions, t)),
         pooler::against_direct(records).map(|t| (pooler::INTRO.to_string(), t)),

@@ -31,8 +31,10 @@ pub const SCENARIOS: [(&str, &str); 16] = [
     (RESETS_SCENARIO, "deny, 10,000 remembered keys, during a stream of resets"),
 ];
 
-pub const SYSTEMS: [(&str, &str); 12] = [
+pub const SYSTEMS: [(&str, &str); 13] = [
     ("raw-pg", "raw Postgres (pgbench upsert)"),
+    // pgbench calling pglimit.check, in allow-random (one bucket) and allow-login (sql.rs).
+    (crate::sql::SYSTEM, "pglimit.check from SQL (pgbench)"),
     ("ceiling", "HTTP ceiling (axum, no store)"),
     ("pglimit", "**pglimit**"),
     // The same binary with PGLIMIT_METRICS=false, measured right after pglimit.

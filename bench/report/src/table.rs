@@ -75,8 +75,12 @@ fn references(run: &Run, r: &Record) -> String {
     let (system, scenario, conc) = (r.system.as_str(), r.scenario.as_str(), r.concurrency);
     let http = is_pglimit(system) || matches!(system, "rlflex" | "runlimit" | "seed");
     let raw_shape = matches!(scenario, "allow-random" | "allow-hot" | "allow-login");
-    let vs_raw =
-        if http && raw_shape { r.times(find(records, "raw-pg", scenario, conc)) } else { String::new() };
+    // pglimit.check from SQL too, per pgbench transaction (sql.rs).
+    let vs_raw = if (http || system == crate::sql::SYSTEM) && raw_shape {
+        r.times(find(records, "raw-pg", scenario, conc))
+    } else {
+        String::new()
+    };
     // The ceiling speaks HTTP/1.1 and JSON, not gRPC.
     let vs_ceiling = if http && scenario != "allow-grpc" {
         r.times(find(records, "ceiling", "allow-random", conc))

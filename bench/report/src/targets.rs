@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::numbers::{ms, number, thousands};
 use crate::record::Record;
-use crate::{curve, policies};
+use crate::{curve, policies, sql};
 
 /// A target and what this run measured for it.
 struct Target {
@@ -120,6 +120,18 @@ fn algorithms(records: &[Record]) -> (f64, String) {
     worst(figures, true)
 }
 
+/// pglimit.check's one-bucket transactions/s over raw's single-row upsert,
+/// at the worst of the client counts both were measured at.
+fn sql_check(records: &[Record]) -> (f64, String) {
+    let clients = records.iter().filter(|r| r.system == sql::SYSTEM && r.scenario == "allow-random");
+    let figures = clients.map(|r| {
+        let (value, shown) =
+            ratio(records, (sql::SYSTEM, "allow-random"), ("raw-pg", "allow-random"), r.concurrency);
+        (value, format!("lowest {shown}, at {}", at(r.concurrency)))
+    });
+    worst(figures, true)
+}
+
 fn cpu(records: &[Record]) -> (f64, String) {
     let figures = clients(records).into_iter().map(|c| {
         match (find(records, "pglimit", "allow-random", c), find(records, "ceiling", "allow-random", c)) {
@@ -186,6 +198,11 @@ fn throughput(records: &[Record], meta: &HashMap<String, String>) -> Vec<Target>
             policies::ALGORITHM_FLOOR,
         ),
         at_least("hot key, 32 clients: ≥ 5 × raw Postgres", raw("allow-hot", 32.0), 5.0),
+        at_least(
+            "pglimit.check from SQL, one bucket: ≥ 0.8 × the single-row upsert per transaction",
+            sql_check(records),
+            sql::FLOOR,
+        ),
     ]
 }
 

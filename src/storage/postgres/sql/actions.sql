@@ -171,6 +171,7 @@ $$;
 -- lease (leases.sql's pglimit_release).
 CREATE FUNCTION pglimit_sql_release(p_lease text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pglimit_sql_refused_on_citus();
     IF p_lease IS NULL OR p_lease !~ '^lease_[0-9a-f]{32}$' THEN
         PERFORM pglimit_sql_invalid('lease',
             'lease must be a lease id as a check answered it ("lease_" and 32 hex digits)');
