@@ -89,11 +89,13 @@ $$;
 -- answered as allowed and is not counted.
 CREATE FUNCTION pglimit_sql_count_denials(
     p_policy text, keys bytea[], names text[], al boolean[], shown jsonb[], v_now timestamptz
-) RETURNS void LANGUAGE sql AS $$
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO pglimit_denials AS d (minute, key, policy, bucket, shown, count)
     SELECT date_trunc('minute', v_now), u.k, p_policy, u.n, u.s, 1
     FROM unnest(keys, names, al, shown) AS u(k, n, a, s) WHERE NOT u.a ORDER BY u.k
-    ON CONFLICT (key, minute) DO UPDATE SET count = d.count + 1, shown = coalesce(excluded.shown, d.shown)
+    ON CONFLICT (key, minute) DO UPDATE SET count = d.count + 1, shown = coalesce(excluded.shown, d.shown);
+END
 $$;
 
 -- The answer to a check whose buckets answered al, rem, rs (reset), re

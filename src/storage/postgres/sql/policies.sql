@@ -123,14 +123,21 @@ $$;
 -- Whether every pattern of `pats` (identifier → pattern as stored:
 -- "hmac:<hex>" for an exact value, "*@domain", or a CIDR) matches `vals`.
 CREATE FUNCTION pglimit_sql_matches(p_policy text, pats jsonb, vals jsonb, inner_pad bytea, outer_pad bytea)
-RETURNS boolean LANGUAGE sql IMMUTABLE
-RETURN NOT EXISTS (
-    SELECT 1 FROM jsonb_each_text(pats) AS w(name, pat)
-    WHERE NOT coalesce(CASE
-        WHEN w.pat LIKE 'hmac:%' THEN decode(substr(w.pat, 6), 'hex')
-            = pglimit_override_value_key(inner_pad, outer_pad, p_policy, w.name, vals ->> w.name)
-        WHEN w.pat LIKE '*@%' THEN pglimit_email_at(vals ->> w.name, substr(w.pat, 3))
-        ELSE pglimit_ip_in(vals ->> w.name, w.pat) END, false));
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE w record;
+BEGIN
+    FOR w IN SELECT e.key AS name, e.value AS pat FROM jsonb_each_text(pats) AS e LOOP
+        IF NOT coalesce(CASE
+            WHEN w.pat LIKE 'hmac:%' THEN decode(substr(w.pat, 6), 'hex')
+                = pglimit_override_value_key(inner_pad, outer_pad, p_policy, w.name, vals ->> w.name)
+            WHEN w.pat LIKE '*@%' THEN pglimit_email_at(vals ->> w.name, substr(w.pat, 3))
+            ELSE pglimit_ip_in(vals ->> w.name, w.pat) END, false) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
 
 -- The override that applies, as src/limiter/checks/plan.rs chooses: of the
 -- API's in force, the newest deny or else the newest; of the file's, the
@@ -170,7 +177,9 @@ CREATE FUNCTION pglimit_sql_buckets(
 ) RETURNS TABLE (
     name text, algorithm text, key bytea, lim bigint, window_ms bigint, algo smallint, block_ms bigint,
     zone text, lease_life_ms bigint, shown jsonb
-) LANGUAGE sql IMMUTABLE AS $$
+) LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT b.v ->> 'name', b.v ->> 'algorithm',
            pglimit_policy_key(inner_pad, outer_pad, p_policy, b.v ->> 'name', b.v ->> 'algorithm',
                               ARRAY(SELECT vals ->> f.name
@@ -183,7 +192,8 @@ CREATE FUNCTION pglimit_sql_buckets(
            b.v ->> 'zone', (def ->> 'max_lease_life_ms')::bigint,
            (SELECT jsonb_object_agg(f.name, vals ->> f.name) FROM jsonb_array_elements_text(b.v -> 'on') AS f(name)
             WHERE coalesce(def -> 'shown', '[]') ? f.name)
-    FROM jsonb_array_elements(def -> 'buckets') WITH ORDINALITY AS b(v, i) ORDER BY b.i
+    FROM jsonb_array_elements(def -> 'buckets') WITH ORDINALITY AS b(v, i) ORDER BY b.i;
+END
 $$;
 
 -- A check of policy `p_policy` over `p_identifiers`, taking `p_cost` from
