@@ -19,7 +19,8 @@ CREATE TYPE pglimit_sql_answer AS (
 );
 
 -- A time as the HTTP answers write it: RFC 3339, milliseconds, UTC.
-CREATE FUNCTION pglimit_sql_time(at timestamptz) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- STABLE as to_char is, so that the planner inlines it.
+CREATE FUNCTION pglimit_sql_time(at timestamptz) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
 RETURN to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
 
 -- Whole seconds from `since` to `until`, rounded up from whole

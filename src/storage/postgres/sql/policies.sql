@@ -147,24 +147,26 @@ CREATE FUNCTION pglimit_sql_override(
     p_policy text, def jsonb, vals jsonb, inner_pad bytea, outer_pad bytea, at timestamptz,
     OUT matched jsonb, OUT action text, OUT limits jsonb
 ) LANGUAGE plpgsql STABLE AS $$
-DECLARE api record; file record;
+DECLARE api record; f_idx bigint; f_action text; f_limits jsonb;
 BEGIN
     SELECT o.id, o.action, o.limits INTO api FROM pglimit_overrides o
     WHERE o.policy = p_policy AND (o.until IS NULL OR o.until > at)
       AND pglimit_sql_matches(p_policy, o.match, vals, inner_pad, outer_pad)
     ORDER BY o.action <> 'deny', o.created_at DESC, o.id DESC LIMIT 1;
-    SELECT e.o - 1 AS idx, e.v ->> 'action' AS action, e.v -> 'limits' AS limits INTO file
-    FROM jsonb_array_elements(def -> 'overrides') WITH ORDINALITY AS e(v, o)
-    WHERE pglimit_sql_matches(p_policy, e.v -> 'when', vals, inner_pad, outer_pad)
-    ORDER BY e.v ->> 'action' <> 'deny', e.o LIMIT 1;
-    IF api.id IS NOT NULL AND NOT (file.action IS NOT DISTINCT FROM 'deny' AND api.action <> 'deny') THEN
+    IF jsonb_array_length(def -> 'overrides') > 0 THEN
+        SELECT e.o - 1, e.v ->> 'action', e.v -> 'limits' INTO f_idx, f_action, f_limits
+        FROM jsonb_array_elements(def -> 'overrides') WITH ORDINALITY AS e(v, o)
+        WHERE pglimit_sql_matches(p_policy, e.v -> 'when', vals, inner_pad, outer_pad)
+        ORDER BY e.v ->> 'action' <> 'deny', e.o LIMIT 1;
+    END IF;
+    IF api.id IS NOT NULL AND NOT (f_action IS NOT DISTINCT FROM 'deny' AND api.action <> 'deny') THEN
         matched := jsonb_build_object('id', api.id, 'action', api.action);
         action := api.action;
         limits := api.limits;
-    ELSIF file.action IS NOT NULL THEN
-        matched := jsonb_build_object('index', file.idx, 'action', file.action);
-        action := file.action;
-        limits := file.limits;
+    ELSIF f_action IS NOT NULL THEN
+        matched := jsonb_build_object('index', f_idx, 'action', f_action);
+        action := f_action;
+        limits := f_limits;
     END IF;
 END
 $$;
