@@ -177,7 +177,9 @@ END $$;
 CREATE FUNCTION pglimit_key_part(b bytea) RETURNS bytea LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN int8send(octet_length(b)::bigint) || b;
 
-CREATE FUNCTION pglimit_text_part(t text) RETURNS bytea LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- STABLE as convert_to is, so that the planner inlines it (and the keys
+-- below): a SQL function it cannot inline is planned at every call.
+CREATE FUNCTION pglimit_text_part(t text) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
 RETURN pglimit_key_part(convert_to(t, 'UTF8'));
 
 -- HMAC-SHA256 from KeySecret::pads (64 bytes each, else NULL), so that the
@@ -210,14 +212,14 @@ $$;
 
 -- bucket_key's KeyScope::AdHoc.
 CREATE FUNCTION pglimit_adhoc_key(inner_pad bytea, outer_pad bytea, key text, algorithm text) RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 RETURN pglimit_hmac(inner_pad, outer_pad,
     pglimit_text_part('adhoc') || pglimit_text_part(key) || pglimit_text_part(algorithm));
 
 -- bucket_key's KeyScope::OverrideValue.
 CREATE FUNCTION pglimit_override_value_key(inner_pad bytea, outer_pad bytea, policy text, identifier text,
                                            value text) RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 RETURN pglimit_hmac(inner_pad, outer_pad,
     pglimit_text_part('override') || pglimit_text_part(policy) || pglimit_text_part(identifier)
     || pglimit_text_part(value));
