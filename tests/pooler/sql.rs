@@ -71,7 +71,7 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 /// when the first is dropped.
 async fn behind_a_transaction_pooler() -> (PgBouncer, pglimit::AppState, PgPool) {
     let (bouncer, _, pooled) = behind(Mode::Transaction).await;
-    let app = pooled_instance(&pooled, Mode::Transaction, &[]).await;
+    let app = pooled_instance(&pooled, Mode::Transaction, &[("PGLIMIT_SQL", "on")]).await;
     let pool = clients(&pooled).await;
     (bouncer, app, pool)
 }
