@@ -23,9 +23,9 @@ GRANT USAGE ON SCHEMA pglimit TO authenticated;
 GRANT EXECUTE ON FUNCTION pglimit.check(text, jsonb, bigint) TO authenticated;
 
 -- Supabase's default privileges give anon and authenticated every table
--- and sequence created in schema public, pglimit's among them (the key
--- secret too, and the migrations' record):
--- take those back. Run this again after each upgrade that adds a table,
+-- and sequence created in schema public, pglimit's among them (the
+-- counts by hashed key, the compiled policies, the migrations' record;
+-- the migration itself takes the key secret back): take those back. Run this again after each upgrade that adds a table,
 -- or give pglimit a schema of its own (PGLIMIT_DB_SCHEMA), which they miss.
 DO $$
 DECLARE
