@@ -88,9 +88,7 @@ CREATE FUNCTION pglimit_sql_adhoc(
 DECLARE pads record; max_limit bigint := pglimit_sql_max_limit(algo);
 BEGIN
     PERFORM pglimit_sql_refused_on_citus();
-    IF p_cost IS NULL OR p_cost < 0 OR p_cost > 1000000000 THEN
-        PERFORM pglimit_sql_invalid('cost', 'cost must be between 0 and 1000000000');
-    END IF;
+    PERFORM pglimit_sql_cost_range(p_cost);
     IF p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 256 THEN
         PERFORM pglimit_sql_invalid('key', 'key must be 1 to 256 bytes');
     END IF;
@@ -100,10 +98,7 @@ BEGIN
     IF algo = pglimit_concurrency() AND window_ms > 86400000 THEN
         PERFORM pglimit_sql_invalid('window', 'lease must be at most 1d, the max_lease_life of ad hoc leases');
     END IF;
-    IF p_cost > p_limit THEN
-        PERFORM pglimit_sql_invalid('cost', format(
-            'cost %s exceeds the limit %s of bucket "default", so it could never be allowed', p_cost, p_limit));
-    END IF;
+    PERFORM pglimit_sql_cost_fits(p_cost, p_limit, 'default');
     pads := pglimit_sql_pads();
     RETURN QUERY SELECT * FROM pglimit_sql_decide(
         '_adhoc', ARRAY['default'], ARRAY[p_algorithm], ARRAY[pglimit_adhoc_key(pads.inner_pad, pads.outer_pad, p_key, p_algorithm)],

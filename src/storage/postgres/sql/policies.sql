@@ -63,19 +63,33 @@ BEGIN
 END
 $$;
 
--- A cost /check accepts for every bucket of `def` (src/limiter/request.rs).
-CREATE FUNCTION pglimit_sql_cost(def jsonb, cost bigint) RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE b jsonb;
+-- A cost in /check's range (check_cost_range in src/limiter/request.rs).
+CREATE FUNCTION pglimit_sql_cost_range(cost bigint) RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF cost IS NULL OR cost < 0 OR cost > 1000000000 THEN
         PERFORM pglimit_sql_invalid('cost', 'cost must be between 0 and 1000000000');
     END IF;
+END
+$$;
+
+-- A cost bucket `bucket` of limit `lim` could ever admit (check_cost_fits).
+CREATE FUNCTION pglimit_sql_cost_fits(cost bigint, lim bigint, bucket text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF cost > lim THEN
+        PERFORM pglimit_sql_invalid('cost', format(
+            'cost %s exceeds the limit %s of bucket %s, so it could never be allowed', cost, lim, to_json(bucket)));
+    END IF;
+END
+$$;
+
+-- A cost /check accepts for every bucket of `def`.
+CREATE FUNCTION pglimit_sql_cost(def jsonb, cost bigint) RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE b jsonb;
+BEGIN
+    PERFORM pglimit_sql_cost_range(cost);
     FOR b IN SELECT jsonb_array_elements(def -> 'buckets') LOOP
-        IF cost > (b ->> 'limit')::bigint THEN
-            PERFORM pglimit_sql_invalid('cost', format(
-                'cost %s exceeds the limit %s of bucket %s, so it could never be allowed',
-                cost, b ->> 'limit', to_json(b ->> 'name')));
-        END IF;
+        PERFORM pglimit_sql_cost_fits(cost, (b ->> 'limit')::bigint, b ->> 'name');
     END LOOP;
 END
 $$;
